@@ -1,0 +1,48 @@
+# spotrelay — every target sets itself up: a venv from the lock file, then the package.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint format typecheck unit bench-place lock clean
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" || true
+	@$(BIN)/python -c "import spotrelay, pydantic, typer" # fail here, not later, if the install broke
+	@touch $@
+
+## demo: show which GPU pool the example job gets on the bundled example prices, and why
+demo: $(STAMP)
+	$(BIN)/spotrelay place events/jobs/resnet50.yaml --prices events/prices/us-east-1-example.csv --explain
+
+## test: lint, type-check and run the whole test suite
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest -q -n 2
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+## bench-place: time placement over a 100-type x 6-AZ price table
+bench-place: $(STAMP)
+	$(BIN)/python -m spotrelay.policy.bench_placement
+
+## lock: re-resolve requirements.lock from pyproject.toml (needs network to PyPI)
+lock:
+	$(BIN)/python -m pip install --quiet uv
+	$(BIN)/uv pip compile pyproject.toml --all-extras --python-version 3.11 --generate-hashes -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis cdk.out
