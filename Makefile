@@ -10,7 +10,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock 2>&1 | grep -v "^WARNING: Location" || true
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/python -m pip install --quiet --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
 	@$(BIN)/python -c "import spotrelay, pydantic, typer" # fail here, not later, if the install broke
 	@touch $@
 

@@ -1,0 +1,56 @@
+"""What users submit (the job spec) and what the scheduler records (jobs, attempts, pools, checkpoints)."""
+
+from spotrelay.models.job_spec import (
+    CheckpointSpec,
+    JobSpec,
+    JobSpecError,
+    LimitsSpec,
+    Objective,
+    PlacementSpec,
+    Priority,
+    RecoverySpec,
+    RecoveryStrategyName,
+    ResourcesSpec,
+    RunSpec,
+    load_job_spec,
+    parse_job_spec,
+)
+from spotrelay.models.records import (
+    Attempt,
+    AttemptOutcome,
+    CheckpointFile,
+    CheckpointManifest,
+    Job,
+    Market,
+    Pool,
+    PriceQuote,
+)
+from spotrelay.models.state import TERMINAL_STATES, InvalidTransition, JobState, ensure_transition
+
+__all__ = [
+    "TERMINAL_STATES",
+    "Attempt",
+    "AttemptOutcome",
+    "CheckpointFile",
+    "CheckpointManifest",
+    "CheckpointSpec",
+    "InvalidTransition",
+    "Job",
+    "JobSpec",
+    "JobSpecError",
+    "JobState",
+    "LimitsSpec",
+    "Market",
+    "Objective",
+    "PlacementSpec",
+    "Pool",
+    "PriceQuote",
+    "Priority",
+    "RecoverySpec",
+    "RecoveryStrategyName",
+    "ResourcesSpec",
+    "RunSpec",
+    "ensure_transition",
+    "load_job_spec",
+    "parse_job_spec",
+]

@@ -1,0 +1,280 @@
+"""The job spec: what a user submits, as YAML (`spotrelay submit job.yaml`) or JSON (an SQS message).
+
+Only `name`, `run.command` or `run.image`, and `resources.gpus` are required. Anything else has a
+default a user would expect. Unknown keys, wrong types and requests no EC2 GPU type can satisfy are
+rejected with a message that names the field and says what is allowed (`JobSpecError`).
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from spotrelay.catalog import GPU_MODELS, INSTANCE_TYPES, InstanceType, relative_speed
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Priority(StrEnum):
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        """0 is admitted first."""
+        return {"high": 0, "normal": 1, "low": 2}[self.value]
+
+
+class Objective(StrEnum):
+    COST_TO_FINISH = "cost-to-finish"  # price x remaining work / speed + expected interruption overhead
+    HOURLY = "hourly"  # the hourly price alone
+
+
+class RecoveryStrategyName(StrEnum):
+    EAGER_NEXT_POOL = "eager-next-pool"
+    SAME_POOL_FIRST = "same-pool-first"
+
+
+class SpecFieldError(ValueError):
+    """A check across fields that still names the one field a user has to change."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class RunSpec(_Spec):
+    image: str | None = Field(default=None, min_length=1, description="container image, run with GPUs")
+    command: str | None = Field(default=None, min_length=1, description="shell command (in the image if any)")
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _image_or_command(self) -> Self:
+        if self.image is None and self.command is None:
+            raise ValueError("give run.image, run.command, or both")
+        return self
+
+
+class ResourcesSpec(_Spec):
+    gpus: int = Field(ge=1, description="GPUs the job uses")
+    gpu_memory_gib: float | None = Field(default=None, gt=0, description="minimum memory of each GPU")
+    gpu_models: tuple[str, ...] | None = Field(default=None, min_length=1, description="accepted GPU models")
+    min_vcpus: int | None = Field(default=None, ge=1)
+    min_memory_gib: float | None = Field(default=None, gt=0)
+
+    @field_validator("gpu_models")
+    @classmethod
+    def _known_models(cls, models: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if models is None:
+            return None
+        unknown = [m for m in models if m not in GPU_MODELS]
+        if unknown:
+            raise ValueError(f"unknown GPU model {', '.join(map(repr, unknown))}; allowed: {', '.join(GPU_MODELS)}")
+        return tuple(dict.fromkeys(models))
+
+    def misfit(self, instance_type: InstanceType) -> str | None:
+        """Why `instance_type` cannot run this job, or None if it can."""
+        t = instance_type
+        if self.gpu_models is not None and t.gpu_model not in self.gpu_models:
+            return f"GPU {t.gpu_model} not in gpu_models"
+        if t.gpu_count < self.gpus:
+            return f"{t.gpu_count} GPU(s) < {self.gpus} requested"
+        if self.gpu_memory_gib is not None and t.gpu_memory_gib < self.gpu_memory_gib:
+            return f"{t.gpu_memory_gib:g} GiB per GPU < {self.gpu_memory_gib:g} GiB requested"
+        if self.min_vcpus is not None and t.vcpus < self.min_vcpus:
+            return f"{t.vcpus} vCPUs < {self.min_vcpus} requested"
+        if self.min_memory_gib is not None and t.memory_gib < self.min_memory_gib:
+            return f"{t.memory_gib:g} GiB RAM < {self.min_memory_gib:g} GiB requested"
+        return None
+
+    def fitting_types(self) -> list[InstanceType]:
+        return [t for t in INSTANCE_TYPES.values() if self.misfit(t) is None]
+
+    @model_validator(mode="after")
+    def _some_type_fits(self) -> Self:
+        if self.fitting_types():
+            return self
+        if self.gpus > max(t.gpu_count for t in INSTANCE_TYPES.values()):
+            most = max(t.gpu_count for t in INSTANCE_TYPES.values())
+            raise SpecFieldError("resources.gpus", f"no EC2 GPU instance type has {self.gpus} GPUs; allowed 1..{most}")
+        candidates = [t for t in INSTANCE_TYPES.values() if self.gpu_models is None or t.gpu_model in self.gpu_models]
+        if self.gpu_memory_gib is not None and all(t.gpu_memory_gib < self.gpu_memory_gib for t in candidates):
+            most_mem = max(t.gpu_memory_gib for t in candidates)
+            raise SpecFieldError(
+                "resources.gpu_memory_gib",
+                f"no accepted GPU has {self.gpu_memory_gib:g} GiB; the most is {most_mem:g} GiB",
+            )
+        raise SpecFieldError(
+            "resources",
+            "no EC2 GPU instance type satisfies gpus, gpu_memory_gib, gpu_models, min_vcpus and "
+            "min_memory_gib together; relax one of them",
+        )
+
+
+class CheckpointSpec(_Spec):
+    dir: str = Field(default="/ckpt", pattern=r"^/", description="absolute path on the instance")
+    interval_minutes: float = Field(default=15, gt=0, le=24 * 60)
+    # The spot notice gives two minutes; the agent needs some of them to upload the last delta.
+    grace_seconds: int = Field(default=90, ge=0, le=110)
+
+
+class LimitsSpec(_Spec):
+    max_price_per_hour: float | None = Field(default=None, gt=0, description="USD per instance-hour")
+    max_total_cost: float | None = Field(default=None, gt=0, description="USD across all attempts")
+    deadline_hours: float | None = Field(default=None, gt=0, description="from submission")
+    max_interruptions: int = Field(default=20, ge=0)
+    max_restarts: int = Field(default=2, ge=0, description="restarts after the user's code fails")
+    on_demand_fallback: bool = Field(default=True, description="may use on-demand to meet the deadline")
+
+
+class PlacementSpec(_Spec):
+    objective: Objective = Objective.COST_TO_FINISH
+
+
+class RecoverySpec(_Spec):
+    strategy: RecoveryStrategyName = RecoveryStrategyName.EAGER_NEXT_POOL
+    block_minutes: float = Field(default=60, gt=0, le=7 * 24 * 60, description="how long a lost pool is avoided")
+
+
+class JobSpec(_Spec):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", description="letters, digits, . _ -")
+    run: RunSpec
+    resources: ResourcesSpec
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    work_hours: float | None = Field(default=None, gt=0, description="run time on the reference GPU (V100)")
+    priority: Priority = Priority.NORMAL
+    tags: dict[str, str] = Field(default_factory=dict)
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    recovery: Annotated[RecoverySpec, Field(default_factory=RecoverySpec)]
+
+    @field_validator("recovery", mode="before")
+    @classmethod
+    def _strategy_shorthand(cls, value: Any) -> Any:
+        """`recovery: same-pool-first` is short for `recovery: {strategy: same-pool-first}`."""
+        return {"strategy": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _deadline_fits_work(self) -> Self:
+        deadline, work = self.limits.deadline_hours, self.work_hours
+        if deadline is None or work is None:
+            return self
+        fastest = max(relative_speed(t) for t in self.resources.fitting_types())
+        shortest = work / fastest
+        if deadline < shortest:
+            raise SpecFieldError(
+                "limits.deadline_hours",
+                f"{deadline:g} h is shorter than the work: work_hours {work:g} takes at least "
+                f"{shortest:.2f} h on the fastest accepted GPU; allow more time or less work",
+            )
+        return self
+
+    def min_run_hours(self, remaining_work_hours: float) -> float:
+        """The least wall-clock time `remaining_work_hours` can take on a type this job accepts."""
+        return remaining_work_hours / max(relative_speed(t) for t in self.resources.fitting_types())
+
+
+class JobSpecError(ValueError):
+    """An invalid job spec. `problems` are `field: what is wrong and what is allowed`."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: {'; '.join(problems)}")
+
+
+def parse_job_spec(data: Any, source: str = "job spec") -> JobSpec:
+    """Validate a decoded job spec (a dict from YAML or JSON)."""
+    if not isinstance(data, dict):
+        raise JobSpecError(source, [f"expected a mapping of keys (name, run, resources, ...), got {_kind(data)}"])
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as e:
+        raise JobSpecError(source, [_describe(err) for err in e.errors()]) from None
+
+
+def load_job_spec(path: str | Path) -> JobSpec:
+    """Read a job spec from a YAML or JSON file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise JobSpecError(str(path), [f"cannot read: {e.strerror}"]) from None
+    return parse_job_spec(decode_document(text, str(path)), str(path))
+
+
+def decode_document(text: str, source: str) -> Any:
+    """YAML (of which JSON is a subset), with the line of a syntax error in the message."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise JobSpecError(source, [f"{where}not valid YAML or JSON ({problem})"]) from None
+
+
+def job_spec_json_schema() -> str:
+    return json.dumps(JobSpec.model_json_schema(), indent=2)
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
+def _describe(err: Any) -> str:
+    """One pydantic error as `field.path: message`, with the field a user has to change."""
+    loc: tuple[str | int, ...] = tuple(p for p in err["loc"] if not _is_union_tag(p))
+    ctx_error = err.get("ctx", {}).get("error")
+    if isinstance(ctx_error, SpecFieldError):
+        return f"{ctx_error.field}: {ctx_error}"
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        return f"{field}: unknown key; allowed keys here: {', '.join(allowed)}"
+    if kind == "missing":
+        return f"{field}: required"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if kind not in {"value_error", "assertion_error"} and "input" in err and not isinstance(err["input"], dict):
+        message += f" (got {err['input']!r})"
+    return f"{field}: {message}"
+
+
+def _is_union_tag(part: str | int) -> bool:
+    # pydantic puts the union member it tried (e.g. 'function-after[...]') into the location.
+    return isinstance(part, str) and "[" in part
+
+
+def _allowed_keys(loc: tuple[str | int, ...]) -> list[str]:
+    model: type[BaseModel] | None = JobSpec
+    for part in loc:
+        if model is None:
+            return []
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        model = _model_in(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,160 @@
+"""What the scheduler records: pools, price quotes, jobs, attempts and checkpoint manifests."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Self
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from spotrelay.models.job_spec import JobSpec
+from spotrelay.models.state import JobState
+
+
+class Market(StrEnum):
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+class Pool(BaseModel):
+    """Where an instance can run: an instance type in an availability zone, bought on a market."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instance_type: str
+    availability_zone: str
+    market: Market = Market.SPOT
+
+    @property
+    def offering(self) -> str:
+        """`g6.xlarge:us-east-1a` — the type x AZ key used by `--blocked` and the blocked-pool cache."""
+        return f"{self.instance_type}:{self.availability_zone}"
+
+    def __str__(self) -> str:
+        return f"{self.instance_type} in {self.availability_zone} ({self.market})"
+
+
+class PriceQuote(BaseModel):
+    """The hourly price of one pool, as of `timestamp` (None: the price is not time-stamped)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pool: Pool
+    usd_per_hour: float = Field(ge=0)
+    timestamp: AwareDatetime | None = None
+
+
+class AttemptOutcome(StrEnum):
+    SUCCEEDED = "SUCCEEDED"  # the job exited 0
+    FAILED = "FAILED"  # the user's code exited non-zero (JobFailed)
+    INTERRUPTED = "INTERRUPTED"  # a spot interruption notice (SpotInterrupted)
+    LOST = "LOST"  # the instance stopped or vanished without a notice, or stopped heartbeating
+    LAUNCH_FAILED = "LAUNCH_FAILED"  # InsufficientInstanceCapacity, price above the cap, ...
+    CANCELLED = "CANCELLED"
+
+
+class Attempt(BaseModel):
+    """One run of a job on one instance. Attempt numbers start at 1 and fence stale events."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    attempt: int = Field(ge=1)
+    pool: Pool
+    hourly_price: float = Field(ge=0)
+    instance_id: str | None = None
+    started_at: AwareDatetime
+    ended_at: AwareDatetime | None = None
+    outcome: AttemptOutcome | None = None
+    work_done_hours_at_start: float = Field(default=0, ge=0, description="reference-GPU hours restored")
+
+    @property
+    def is_live(self) -> bool:
+        return self.outcome is None
+
+    def runtime_hours(self, now: datetime) -> float:
+        end = self.ended_at or now
+        return max(0.0, (end - self.started_at).total_seconds() / 3600)
+
+    def cost(self, now: datetime) -> float:
+        return self.hourly_price * self.runtime_hours(now)
+
+
+class Job(BaseModel):
+    """A submitted job and where it stands."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    spec: JobSpec
+    state: JobState = JobState.QUEUED
+    submitted_at: AwareDatetime
+    updated_at: AwareDatetime
+    attempts: int = Field(default=0, ge=0, description="number of attempts started")
+    interruptions: int = Field(default=0, ge=0)
+    restarts: int = Field(default=0, ge=0, description="restarts after the user's code failed")
+    work_done_hours: float = Field(default=0, ge=0, description="reference-GPU hours in the last checkpoint")
+    cost_usd: float = Field(default=0, ge=0)
+    failure_reason: str | None = None
+
+    def remaining_work_hours(self) -> float | None:
+        """Reference-GPU hours still to do, if the spec gives `work_hours`."""
+        if self.spec.work_hours is None:
+            return None
+        return max(0.0, self.spec.work_hours - self.work_done_hours)
+
+    def elapsed_hours(self, now: datetime) -> float:
+        return max(0.0, (now - self.submitted_at).total_seconds() / 3600)
+
+
+class CheckpointFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(min_length=1, description="relative to checkpoint.dir, with no '..' part")
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @field_validator("path")
+    @classmethod
+    def _inside_checkpoint_dir(cls, path: str) -> str:
+        parts = path.split("/")
+        if path.startswith("/") or ".." in parts or "" in parts:
+            raise ValueError("must be a relative path inside checkpoint.dir, without '..' or empty parts")
+        return path
+
+
+class CheckpointManifest(BaseModel):
+    """Written last, after every file it lists: a checkpoint without a manifest does not exist.
+
+    Stored at `s3://<bucket>/jobs/<job_id>/checkpoints/<attempt>-<seq>/manifest.json`; checkpoints
+    are ordered by (attempt, seq), and the job's pointer only ever moves forward in that order.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_id: str
+    attempt: int = Field(ge=1)
+    seq: int = Field(ge=0)
+    created_at: AwareDatetime
+    work_done_hours: float | None = Field(default=None, ge=0)
+    files: tuple[CheckpointFile, ...]
+
+    @model_validator(mode="after")
+    def _unique_paths(self) -> Self:
+        paths = [f.path for f in self.files]
+        if len(paths) != len(set(paths)):
+            raise ValueError("files: each path may appear once")
+        return self
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.attempt, self.seq)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def prefix(self) -> str:
+        return f"jobs/{self.job_id}/checkpoints/{self.attempt}-{self.seq}/"

@@ -1,0 +1,125 @@
+"""Deadline-aware market choice: spot while the deadline's slack allows, on-demand when it no longer does.
+
+The rules are Uniform Progress from "Can't Be Late: Optimizing Spot Instance Savings under Deadlines"
+(Wu et al., NSDI'24, https://www.usenix.org/conference/nsdi24/presentation/wu-zhanghao), written from
+the paper's description. With W the total work, D the deadline, t the time since submission, d the
+restart overhead, cp(t) the progress made and ep(t) = W * t / D the progress of a job that advanced
+uniformly to finish exactly at D:
+  1. Uniform progress: when idle and cp(t) < ep(t), use on-demand to catch up.
+  2. Taking risks: use spot whenever it is available, even when behind; stay on it until preempted.
+  3. Hysteresis: on on-demand, stay until cp(t) >= ep(t + 2d).
+  4. Safety net: when idle and the time left R(t) < C(t) + 2d (C the remaining run time on
+     on-demand), use on-demand until the end.
+Work is counted in reference-GPU hours; run time on a concrete pool divides by its relative speed.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from spotrelay.models import Market
+
+
+class MarketAction(StrEnum):
+    SPOT = "spot"  # place on spot
+    ON_DEMAND = "on-demand"  # place on on-demand
+    WAIT = "wait"  # stay idle: no spot now, and the slack allows waiting for it
+
+
+class MarketDecision(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    action: MarketAction
+    reason: str
+    slack_hours: float | None = None  # time left minus on-demand run time; None without a deadline
+
+    @property
+    def markets(self) -> frozenset[Market]:
+        return {
+            MarketAction.SPOT: frozenset({Market.SPOT}),
+            MarketAction.ON_DEMAND: frozenset({Market.ON_DEMAND}),
+            MarketAction.WAIT: frozenset(),
+        }[self.action]
+
+
+def uniform_progress(
+    *,
+    total_work_hours: float | None,
+    work_done_hours: float,
+    deadline_hours: float | None,
+    elapsed_hours: float,
+    on_demand_run_hours: float | None,
+    restart_overhead_hours: float,
+    spot_available: bool,
+    on_demand_allowed: bool,
+    current: Market | None = None,
+) -> MarketDecision:
+    """Which market to run on now. `current` is the job's market if it runs, None if it is idle.
+
+    `on_demand_run_hours` is the run time of the remaining work on the on-demand type the job would
+    get (None: no on-demand type fits or none has a price).
+    """
+    if deadline_hours is None or total_work_hours is None:
+        return _spot_or_wait(spot_available, "no deadline (or no work estimate): spot only", None)
+    time_left = deadline_hours - elapsed_hours
+    slack = None if on_demand_run_hours is None else time_left - on_demand_run_hours
+    if not on_demand_allowed:
+        return _spot_or_wait(spot_available, "on_demand_fallback is off: spot only", slack)
+    if on_demand_run_hours is None or slack is None:
+        return _spot_or_wait(spot_available, "no on-demand type fits within the price cap: spot only", slack)
+    progress = work_done_hours
+    expected = total_work_hours * min(1.0, elapsed_hours / deadline_hours)
+    if current is Market.SPOT:
+        # Rule 2, second half: a job running on spot stays there until it is preempted.
+        return MarketDecision(action=MarketAction.SPOT, reason="on spot: stay until preempted", slack_hours=slack)
+    # Rule 4: the safety net. Also once we are on on-demand inside the net, stay there.
+    if time_left < on_demand_run_hours + 2 * restart_overhead_hours:
+        return MarketDecision(
+            action=MarketAction.ON_DEMAND,
+            reason=(
+                f"safety net: {time_left:.2f} h left, on-demand needs {on_demand_run_hours:.2f} h "
+                f"+ 2 x {restart_overhead_hours:.2f} h restart; on-demand until the end"
+            ),
+            slack_hours=slack,
+        )
+    if current is Market.ON_DEMAND:
+        # Rule 3: hysteresis.
+        ahead_of = total_work_hours * min(1.0, (elapsed_hours + 2 * restart_overhead_hours) / deadline_hours)
+        if progress >= ahead_of and spot_available:
+            return MarketDecision(
+                action=MarketAction.SPOT,
+                reason=f"progress {progress:.2f} h >= {ahead_of:.2f} h (uniform line + 2 restarts): back to spot",
+                slack_hours=slack,
+            )
+        return MarketDecision(
+            action=MarketAction.ON_DEMAND,
+            reason=f"hysteresis: stay on on-demand until progress reaches {ahead_of:.2f} h",
+            slack_hours=slack,
+        )
+    if spot_available:
+        # Rule 2: taking risks.
+        return MarketDecision(
+            action=MarketAction.SPOT,
+            reason=f"spot available; slack {slack:.2f} h of {deadline_hours:g} h allows it",
+            slack_hours=slack,
+        )
+    if progress < expected:
+        # Rule 1: behind the uniform line while idle.
+        return MarketDecision(
+            action=MarketAction.ON_DEMAND,
+            reason=f"no spot and behind schedule (progress {progress:.2f} h < {expected:.2f} h): on-demand",
+            slack_hours=slack,
+        )
+    return MarketDecision(
+        action=MarketAction.WAIT,
+        reason=f"no spot now; ahead of schedule (progress {progress:.2f} h >= {expected:.2f} h), wait for spot",
+        slack_hours=slack,
+    )
+
+
+def _spot_or_wait(spot_available: bool, why: str, slack: float | None) -> MarketDecision:
+    if spot_available:
+        return MarketDecision(action=MarketAction.SPOT, reason=why, slack_hours=slack)
+    return MarketDecision(action=MarketAction.WAIT, reason=f"{why}; no spot pool now, wait", slack_hours=slack)

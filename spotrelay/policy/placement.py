@@ -1,0 +1,316 @@
+"""Placement: rank the pools a job can run in by expected cost to finish, and say why.
+
+Candidates are the priced spot pools (type x AZ) and, when the deadline calls for it, on-demand pools
+of the same types in the same AZs. A candidate is rejected, with its reason, when the type is not a
+GPU type we know, does not fit the job, the pool is blocked, its price is above the job's cap, it
+would spend more than the job's remaining budget, or it cannot finish before the deadline even if
+never interrupted.
+
+Expected cost to finish (objective `cost-to-finish`):
+    run_hours     = remaining work (reference-GPU hours) / relative speed of the type's GPU
+    interruptions = hourly interruption rate of the pool x run_hours
+    overhead      = interruptions x (restart overhead + half a checkpoint interval of lost work)
+    expected cost = hourly price x (run_hours + overhead)
+so with equal speeds and rates it is simply the cheapest hourly price. Objective `hourly` ranks by
+the hourly price alone. Ties break on price, then type, zone and market names: the result is a pure,
+deterministic function of its inputs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+from spotrelay.catalog import INSTANCE_TYPES, REFERENCE_GPU, InstanceType, relative_speed
+from spotrelay.models import JobSpec, Market, Objective, Pool, PriceQuote
+from spotrelay.policy.interruptions import InterruptionModel
+from spotrelay.policy.market_choice import MarketAction, MarketDecision, uniform_progress
+
+# Boot, image pull and checkpoint restore after a relaunch. The Can't Be Late paper evaluates
+# restart overheads of 0.05 h and 0.2 h; we take a middle value unless told otherwise.
+DEFAULT_RESTART_OVERHEAD_HOURS = 0.1
+
+
+class RankedPool(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pool: Pool
+    hourly_price: float
+    relative_speed: float
+    run_hours: float
+    expected_interruptions: float
+    expected_cost_to_finish: float
+    interruption_basis: str
+
+    @property
+    def gpu_model(self) -> str:
+        return INSTANCE_TYPES[self.pool.instance_type].gpu_model
+
+
+class Rejection(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pool: Pool
+    reason: str
+    category: str  # a short key to summarise rejections by: "misfit", "blocked", "price-cap", ...
+
+
+class Placement(BaseModel):
+    """The ranked feasible pools (best first), the rejected candidates, and the market decision."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_name: str
+    objective: Objective
+    remaining_work_hours: float
+    work_hours_known: bool
+    market: MarketDecision
+    ranked: tuple[RankedPool, ...]
+    rejected: tuple[Rejection, ...]
+
+    @property
+    def best(self) -> RankedPool | None:
+        return self.ranked[0] if self.ranked else None
+
+    def to_json_dict(self) -> dict[str, list[dict[str, object]]]:
+        return {
+            "ranked": [
+                {
+                    "instance_type": r.pool.instance_type,
+                    "availability_zone": r.pool.availability_zone,
+                    "market": str(r.pool.market),
+                    "hourly_price": r.hourly_price,
+                    "expected_cost_to_finish": round(r.expected_cost_to_finish, 6),
+                }
+                for r in self.ranked
+            ],
+            "rejected": [
+                {
+                    "instance_type": r.pool.instance_type,
+                    "availability_zone": r.pool.availability_zone,
+                    "reason": r.reason,
+                }
+                for r in self.rejected
+            ],
+        }
+
+    def explain(self, alternatives: int = 3) -> list[str]:
+        """A few lines a person can read: what was chosen, why, what came next, what was ruled out."""
+        work = (
+            f"{self.remaining_work_hours:g} h of work left on the reference GPU ({REFERENCE_GPU})"
+            if self.work_hours_known
+            else "no work_hours given: costs are per hour of reference-GPU work"
+        )
+        lines = [f"job {self.job_name}: {work}; ranking by {self.objective}", f"market: {self.market.reason}"]
+        best = self.best
+        if best is None:
+            lines.append("no pool can take the job now")
+        else:
+            lines.append(
+                f"chosen: {best.pool} at ${best.hourly_price:.4f}/h — {best.gpu_model} runs at "
+                f"{best.relative_speed:.2f}x {REFERENCE_GPU}, so {best.run_hours:.2f} h; "
+                f"{best.expected_interruptions:.2f} interruptions expected ({best.interruption_basis}); "
+                f"expected cost to finish ${best.expected_cost_to_finish:.2f}"
+            )
+            for r in self.ranked[1 : 1 + alternatives]:
+                lines.append(
+                    f"  next: {r.pool} at ${r.hourly_price:.4f}/h, expected ${r.expected_cost_to_finish:.2f} "
+                    f"(+${r.expected_cost_to_finish - best.expected_cost_to_finish:.2f})"
+                )
+            if len(self.ranked) > 1 + alternatives:
+                lines.append(f"  ... and {len(self.ranked) - 1 - alternatives} more feasible pools")
+        if self.rejected:
+            counts = Counter(r.category for r in self.rejected)
+            summary = ", ".join(f"{n} {category}" for category, n in sorted(counts.items()))
+            lines.append(f"rejected {len(self.rejected)} candidates: {summary}")
+            shown: set[str] = set()
+            for rejection in self.rejected:
+                if rejection.category not in shown:
+                    shown.add(rejection.category)
+                    lines.append(f"  e.g. {rejection.pool}: {rejection.reason}")
+        return lines
+
+
+def latest_quotes(quotes: Iterable[PriceQuote]) -> dict[Pool, PriceQuote]:
+    """One quote per pool: the latest by timestamp (untimed quotes: the last one given)."""
+    latest: dict[Pool, PriceQuote] = {}
+    for quote in quotes:
+        held = latest.get(quote.pool)
+        if held is None or quote.timestamp is None or held.timestamp is None or quote.timestamp >= held.timestamp:
+            latest[quote.pool] = quote
+    return latest
+
+
+def place(
+    spec: JobSpec,
+    quotes: Iterable[PriceQuote],
+    *,
+    remaining_work_hours: float | None = None,
+    work_done_hours: float = 0.0,
+    elapsed_hours: float = 0.0,
+    blocked: Collection[Pool] = (),
+    interruptions: InterruptionModel | None = None,
+    on_demand_prices: Mapping[str, float] | None = None,
+    budget_left_usd: float | None = None,
+    current_market: Market | None = None,
+    restart_overhead_hours: float = DEFAULT_RESTART_OVERHEAD_HOURS,
+) -> Placement:
+    """Rank the pools for `spec` given the current `quotes`.
+
+    `remaining_work_hours` defaults to the spec's `work_hours` minus `work_done_hours` (or 1 h of
+    reference-GPU work when the spec gives none). `on_demand_prices` default to the catalog's.
+    `blocked` pools are skipped (the interrupted-pool cache of the recovery strategies).
+    """
+    rates = interruptions or InterruptionModel()
+    known = spec.work_hours is not None or remaining_work_hours is not None
+    if remaining_work_hours is None:
+        remaining_work_hours = max(0.0, spec.work_hours - work_done_hours) if spec.work_hours else 1.0
+    od_prices = on_demand_prices if on_demand_prices is not None else _catalog_on_demand_prices()
+    blocked_set = frozenset(blocked)
+    cap = spec.limits.max_price_per_hour
+    overhead_per_interruption = restart_overhead_hours + spec.checkpoint.interval_minutes / 60 / 2
+    time_left = None if spec.limits.deadline_hours is None else spec.limits.deadline_hours - elapsed_hours
+    misfits: dict[str, str | None] = {}
+
+    def misfit(type_name: str) -> str | None:
+        if type_name not in misfits:
+            itype = INSTANCE_TYPES.get(type_name)
+            misfits[type_name] = (
+                "not a GPU instance type in the catalog" if itype is None else spec.resources.misfit(itype)
+            )
+        return misfits[type_name]
+
+    ranked: list[RankedPool] = []
+    rejected: list[Rejection] = []
+
+    def consider(pool: Pool, price: float) -> RankedPool | None:
+        reason = misfit(pool.instance_type)
+        if reason is not None:
+            category = "unknown-type" if pool.instance_type not in INSTANCE_TYPES else "misfit"
+            rejected.append(Rejection(pool=pool, reason=reason, category=category))
+            return None
+        if pool in blocked_set:
+            rejected.append(Rejection(pool=pool, reason="pool blocked after a recent loss", category="blocked"))
+            return None
+        if cap is not None and price > cap:
+            rejected.append(
+                Rejection(
+                    pool=pool,
+                    reason=f"${price:.4f}/h is above max_price_per_hour ${cap:g}",
+                    category="price-cap",
+                )
+            )
+            return None
+        speed = relative_speed(INSTANCE_TYPES[pool.instance_type])
+        run_hours = remaining_work_hours / speed
+        if time_left is not None and run_hours > time_left:
+            rejected.append(
+                Rejection(
+                    pool=pool,
+                    reason=f"needs {run_hours:.2f} h, only {time_left:.2f} h left to the deadline",
+                    category="deadline",
+                )
+            )
+            return None
+        rate = rates.hourly_rate(pool)
+        expected_interruptions = rate * run_hours
+        billed_hours = run_hours + expected_interruptions * overhead_per_interruption
+        expected_cost = price * billed_hours
+        if budget_left_usd is not None and expected_cost > budget_left_usd:
+            rejected.append(
+                Rejection(
+                    pool=pool,
+                    reason=f"expected ${expected_cost:.2f} to finish exceeds the ${budget_left_usd:.2f} budget left",
+                    category="budget",
+                )
+            )
+            return None
+        return RankedPool(
+            pool=pool,
+            hourly_price=price,
+            relative_speed=speed,
+            run_hours=run_hours,
+            expected_interruptions=expected_interruptions,
+            expected_cost_to_finish=expected_cost,
+            interruption_basis=rates.describe(pool),
+        )
+
+    spot: list[RankedPool] = []
+    zones: set[str] = set()
+    for pool, quote in sorted(latest_quotes(quotes).items(), key=lambda item: _pool_order(item[0])):
+        zones.add(pool.availability_zone)
+        if pool.market is Market.SPOT:
+            candidate = consider(pool, quote.usd_per_hour)
+            if candidate is not None:
+                spot.append(candidate)
+
+    on_demand_types = [
+        itype for name in sorted(od_prices) if (itype := INSTANCE_TYPES.get(name)) is not None and misfit(name) is None
+    ]
+    od_run_hours = _on_demand_run_hours(on_demand_types, od_prices, remaining_work_hours, cap)
+    decision = uniform_progress(
+        total_work_hours=spec.work_hours,
+        work_done_hours=work_done_hours,
+        deadline_hours=spec.limits.deadline_hours,
+        elapsed_hours=elapsed_hours,
+        on_demand_run_hours=od_run_hours,
+        restart_overhead_hours=restart_overhead_hours,
+        spot_available=bool(spot),
+        on_demand_allowed=spec.limits.on_demand_fallback,
+        current=current_market,
+    )
+
+    if decision.action is MarketAction.SPOT:
+        ranked.extend(spot)
+    elif decision.action is MarketAction.ON_DEMAND:
+        for r in spot:
+            rejected.append(
+                Rejection(pool=r.pool, reason=f"market is on-demand now: {decision.reason}", category="market")
+            )
+        for itype in on_demand_types:
+            for zone in sorted(zones):
+                pool = Pool(instance_type=itype.name, availability_zone=zone, market=Market.ON_DEMAND)
+                candidate = consider(pool, od_prices[itype.name])
+                if candidate is not None:
+                    ranked.append(candidate)
+
+    key = (
+        (lambda r: (r.hourly_price, *_pool_order(r.pool)))
+        if spec.placement.objective is Objective.HOURLY
+        else (lambda r: (r.expected_cost_to_finish, r.hourly_price, *_pool_order(r.pool)))
+    )
+    ranked.sort(key=key)
+    return Placement(
+        job_name=spec.name,
+        objective=spec.placement.objective,
+        remaining_work_hours=remaining_work_hours,
+        work_hours_known=known,
+        market=decision,
+        ranked=tuple(ranked),
+        rejected=tuple(rejected),
+    )
+
+
+def _pool_order(pool: Pool) -> tuple[str, str, str]:
+    return (pool.instance_type, pool.availability_zone, str(pool.market))
+
+
+def _catalog_on_demand_prices() -> dict[str, float]:
+    return {
+        name: itype.on_demand_usd_per_hour
+        for name, itype in INSTANCE_TYPES.items()
+        if itype.on_demand_usd_per_hour is not None
+    }
+
+
+def _on_demand_run_hours(
+    types: list[InstanceType], prices: Mapping[str, float], remaining_work_hours: float, cap: float | None
+) -> float | None:
+    """Run time on the on-demand type that finishes the remaining work cheapest (within the cap)."""
+    affordable = [t for t in types if cap is None or prices[t.name] <= cap]
+    if not affordable:
+        return None
+    best = min(affordable, key=lambda t: (prices[t.name] / relative_speed(t), t.name))
+    return remaining_work_hours / relative_speed(best)

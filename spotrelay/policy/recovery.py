@@ -1,0 +1,201 @@
+"""Recovery strategies: what to do when an attempt ends without finishing the job.
+
+Each strategy is a small named class, chosen per job (`recovery: {strategy: ...}`), whose `decide`
+is a pure function of (job, attempts, event) -> next action. Backoff and retries are not here: they
+live in the state machine's Retry/Wait states. Limits common to every strategy come first: too many
+interruptions, too many restarts of failing user code, or the budget spent end the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Literal, Protocol
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from spotrelay.models import Attempt, AttemptOutcome, Job, Pool, RecoveryStrategyName
+
+
+class EndKind(StrEnum):
+    """Why an attempt ended; the values are the error names the state machine sees."""
+
+    SPOT_INTERRUPTED = "SpotInterrupted"
+    INSTANCE_LOST = "InstanceLost"
+    HEARTBEAT_TIMEOUT = "HeartbeatTimeout"
+    JOB_FAILED = "JobFailed"
+    INSUFFICIENT_CAPACITY = "InsufficientInstanceCapacity"
+    PRICE_ABOVE_CAP = "PriceAboveCap"
+
+    @property
+    def is_interruption(self) -> bool:
+        """The instance was taken from us (counts against `limits.max_interruptions`)."""
+        return self in {EndKind.SPOT_INTERRUPTED, EndKind.INSTANCE_LOST, EndKind.HEARTBEAT_TIMEOUT}
+
+    @property
+    def is_launch_failure(self) -> bool:
+        return self in {EndKind.INSUFFICIENT_CAPACITY, EndKind.PRICE_ABOVE_CAP}
+
+    @property
+    def outcome(self) -> AttemptOutcome:
+        if self is EndKind.SPOT_INTERRUPTED:
+            return AttemptOutcome.INTERRUPTED
+        if self is EndKind.JOB_FAILED:
+            return AttemptOutcome.FAILED
+        if self.is_launch_failure:
+            return AttemptOutcome.LAUNCH_FAILED
+        return AttemptOutcome.LOST
+
+
+class AttemptEnded(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: EndKind
+    pool: Pool
+    at: AwareDatetime
+    attempt: int
+    exit_code: int | None = None
+
+
+class BlockedPool(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pool: Pool
+    until: AwareDatetime
+    reason: str
+
+
+class Relaunch(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    action: Literal["relaunch"] = "relaunch"
+    reason: str
+    block: tuple[BlockedPool, ...] = ()
+    prefer: Pool | None = None  # try this pool first if placement still finds it feasible
+    counts_interruption: bool = False
+    counts_restart: bool = False
+
+
+class Fail(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    action: Literal["fail"] = "fail"
+    error: str  # the state machine's error name: TooManyInterruptions, JobFailed, BudgetExhausted
+    reason: str
+
+
+NextAction = Relaunch | Fail
+
+
+class RecoveryStrategy(Protocol):
+    name: RecoveryStrategyName
+
+    def decide(self, job: Job, attempts: Sequence[Attempt], event: AttemptEnded) -> NextAction: ...
+
+
+def _limits(job: Job, event: AttemptEnded) -> Fail | None:
+    limits = job.spec.limits
+    if event.kind.is_interruption and job.interruptions + 1 > limits.max_interruptions:
+        return Fail(
+            error="TooManyInterruptions",
+            reason=f"{job.interruptions + 1} interruptions; limits.max_interruptions is {limits.max_interruptions}",
+        )
+    if event.kind is EndKind.JOB_FAILED and job.restarts + 1 > limits.max_restarts:
+        return Fail(
+            error="JobFailed",
+            reason=(
+                f"the job exited with code {event.exit_code} on attempt {event.attempt}; "
+                f"{job.restarts} restart(s) already, limits.max_restarts is {limits.max_restarts}"
+            ),
+        )
+    if limits.max_total_cost is not None and job.cost_usd >= limits.max_total_cost:
+        return Fail(
+            error="BudgetExhausted",
+            reason=f"spent ${job.cost_usd:.2f}; limits.max_total_cost is ${limits.max_total_cost:g}",
+        )
+    return None
+
+
+def _block(job: Job, event: AttemptEnded) -> BlockedPool:
+    minutes = job.spec.recovery.block_minutes
+    return BlockedPool(
+        pool=event.pool,
+        until=event.at + timedelta(minutes=minutes),
+        reason=f"{event.kind} on attempt {event.attempt}",
+    )
+
+
+def _restart_same_code(event: AttemptEnded) -> Relaunch:
+    # The user's code failed: the pool is not to blame, so nothing is blocked.
+    return Relaunch(reason=f"job exited with code {event.exit_code}: restart", counts_restart=True)
+
+
+class EagerNextPool:
+    """Block the pool just lost for `recovery.block_minutes` and take the next best one now."""
+
+    name = RecoveryStrategyName.EAGER_NEXT_POOL
+
+    def decide(self, job: Job, attempts: Sequence[Attempt], event: AttemptEnded) -> NextAction:
+        failed = _limits(job, event)
+        if failed is not None:
+            return failed
+        if event.kind is EndKind.JOB_FAILED:
+            return _restart_same_code(event)
+        return Relaunch(
+            reason=f"{event.kind} in {event.pool}: block it, take the next best pool",
+            block=(_block(job, event),),
+            counts_interruption=event.kind.is_interruption,
+        )
+
+
+class SamePoolFirst:
+    """Go back to the pool just lost once (spot capacity often returns within minutes); if that pool
+    is lost again on the very next attempt, or it has no capacity, block it and move on."""
+
+    name = RecoveryStrategyName.SAME_POOL_FIRST
+
+    def decide(self, job: Job, attempts: Sequence[Attempt], event: AttemptEnded) -> NextAction:
+        failed = _limits(job, event)
+        if failed is not None:
+            return failed
+        if event.kind is EndKind.JOB_FAILED:
+            return _restart_same_code(event)
+        earlier = [a for a in attempts if a.attempt < event.attempt]
+        previous = max(earlier, key=lambda a: a.attempt, default=None)
+        lost_here_before = (
+            previous is not None
+            and previous.pool == event.pool
+            and previous.outcome in {AttemptOutcome.INTERRUPTED, AttemptOutcome.LOST}
+        )
+        if event.kind.is_launch_failure or lost_here_before:
+            why = "no capacity there" if event.kind.is_launch_failure else "lost there twice in a row"
+            return Relaunch(
+                reason=f"{event.kind} in {event.pool}, {why}: block it, take the next best pool",
+                block=(_block(job, event),),
+                counts_interruption=event.kind.is_interruption,
+            )
+        return Relaunch(
+            reason=f"{event.kind} in {event.pool}: try the same pool first",
+            prefer=event.pool,
+            counts_interruption=event.kind.is_interruption,
+        )
+
+
+STRATEGIES: dict[RecoveryStrategyName, RecoveryStrategy] = {
+    RecoveryStrategyName.EAGER_NEXT_POOL: EagerNextPool(),
+    RecoveryStrategyName.SAME_POOL_FIRST: SamePoolFirst(),
+}
+
+
+def strategy_for(job: Job) -> RecoveryStrategy:
+    return STRATEGIES[job.spec.recovery.strategy]
+
+
+def decide_recovery(job: Job, attempts: Sequence[Attempt], event: AttemptEnded) -> NextAction:
+    return strategy_for(job).decide(job, attempts, event)
+
+
+def active_blocks(blocks: Iterable[BlockedPool], now: datetime) -> frozenset[Pool]:
+    """The pools still blocked at `now` (a block lapses at its `until`)."""
+    return frozenset(b.pool for b in blocks if b.until > now)
