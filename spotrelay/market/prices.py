@@ -34,7 +34,7 @@ def load_prices(path: str | Path) -> list[PriceQuote]:
 
 def parse_prices(text: str, source: str = "prices") -> list[PriceQuote]:
     """The latest quote per spot pool, in file order of first appearance."""
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(text.removeprefix("\ufeff")))  # a BOM, as Excel writes
     columns = [c.strip() for c in reader.fieldnames or []]
     missing = [c for c in PRICE_COLUMNS if c not in columns]
     if missing:
@@ -42,7 +42,7 @@ def parse_prices(text: str, source: str = "prices") -> list[PriceQuote]:
             f"{source}: line 1: missing column(s) {', '.join(missing)}; expected {','.join(PRICE_COLUMNS)}[,timestamp]"
         )
     reader.fieldnames = columns
-    quotes = [_quote(row, source, line) for line, row in enumerate(reader, start=2) if any(row.values())]
+    quotes = [_quote(row, source, reader.line_num) for row in reader if any(row.values())]
     if not quotes:
         raise PriceFileError(f"{source}: no price rows")
     return list(latest_quotes(quotes).values())

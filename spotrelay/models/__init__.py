@@ -22,6 +22,7 @@ from spotrelay.models.records import (
     CheckpointManifest,
     Job,
     Market,
+    PlannedPool,
     Pool,
     PriceQuote,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "Market",
     "Objective",
     "PlacementSpec",
+    "PlannedPool",
     "Pool",
     "PriceQuote",
     "Priority",

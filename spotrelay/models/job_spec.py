@@ -14,7 +14,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spotrelay.catalog import GPU_MODELS, INSTANCE_TYPES, InstanceType, relative_speed
@@ -66,11 +65,11 @@ class RunSpec(_Spec):
 
 
 class ResourcesSpec(_Spec):
-    gpus: int = Field(ge=1, description="GPUs the job uses")
-    gpu_memory_gib: float | None = Field(default=None, gt=0, description="minimum memory of each GPU")
+    gpus: int = Field(strict=True, ge=1, description="GPUs the job uses")
+    gpu_memory_gib: float | None = Field(strict=True, default=None, gt=0, description="minimum memory of each GPU")
     gpu_models: tuple[str, ...] | None = Field(default=None, min_length=1, description="accepted GPU models")
-    min_vcpus: int | None = Field(default=None, ge=1)
-    min_memory_gib: float | None = Field(default=None, gt=0)
+    min_vcpus: int | None = Field(strict=True, default=None, ge=1)
+    min_memory_gib: float | None = Field(strict=True, default=None, gt=0)
 
     @field_validator("gpu_models")
     @classmethod
@@ -123,18 +122,21 @@ class ResourcesSpec(_Spec):
 
 class CheckpointSpec(_Spec):
     dir: str = Field(default="/ckpt", pattern=r"^/", description="absolute path on the instance")
-    interval_minutes: float = Field(default=15, gt=0, le=24 * 60)
+    interval_minutes: float = Field(strict=True, default=15, gt=0, le=24 * 60)
     # The spot notice gives two minutes; the agent needs some of them to upload the last delta.
-    grace_seconds: int = Field(default=90, ge=0, le=110)
+    grace_seconds: int = Field(strict=True, default=90, ge=0, le=110)
 
 
 class LimitsSpec(_Spec):
-    max_price_per_hour: float | None = Field(default=None, gt=0, description="USD per instance-hour")
-    max_total_cost: float | None = Field(default=None, gt=0, description="USD across all attempts")
-    deadline_hours: float | None = Field(default=None, gt=0, description="from submission")
-    max_interruptions: int = Field(default=20, ge=0)
-    max_restarts: int = Field(default=2, ge=0, description="restarts after the user's code fails")
+    max_price_per_hour: float | None = Field(strict=True, default=None, gt=0, description="USD per instance-hour")
+    max_total_cost: float | None = Field(strict=True, default=None, gt=0, description="USD across all attempts")
+    deadline_hours: float | None = Field(strict=True, default=None, gt=0, description="from submission")
+    max_interruptions: int = Field(strict=True, default=20, ge=0)
+    max_restarts: int = Field(strict=True, default=2, ge=0, description="restarts after the user's code fails")
     on_demand_fallback: bool = Field(default=True, description="may use on-demand to meet the deadline")
+    max_wait_hours: float = Field(
+        strict=True, default=24, gt=0, description="patience: fail with NoCapacity after waiting"
+    )
 
 
 class PlacementSpec(_Spec):
@@ -143,7 +145,9 @@ class PlacementSpec(_Spec):
 
 class RecoverySpec(_Spec):
     strategy: RecoveryStrategyName = RecoveryStrategyName.EAGER_NEXT_POOL
-    block_minutes: float = Field(default=60, gt=0, le=7 * 24 * 60, description="how long a lost pool is avoided")
+    block_minutes: float = Field(
+        strict=True, default=60, gt=0, le=7 * 24 * 60, description="how long a lost pool is avoided"
+    )
 
 
 class JobSpec(_Spec):
@@ -152,7 +156,9 @@ class JobSpec(_Spec):
     resources: ResourcesSpec
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
-    work_hours: float | None = Field(default=None, gt=0, description="run time on the reference GPU (V100)")
+    work_hours: float | None = Field(
+        strict=True, default=None, gt=0, description="run time on the reference GPU (V100)"
+    )
     priority: Priority = Priority.NORMAL
     tags: dict[str, str] = Field(default_factory=dict)
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
@@ -215,6 +221,14 @@ def load_job_spec(path: str | Path) -> JobSpec:
 
 def decode_document(text: str, source: str) -> Any:
     """YAML (of which JSON is a subset), with the line of a syntax error in the message."""
+    if text.lstrip().startswith(("{", "[")):
+        # JSON as JSON: YAML would refuse tab-indented JSON, which many JSON writers produce.
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise JobSpecError(source, [f"line {e.lineno}: not valid JSON ({e.msg})"]) from None
+    import yaml  # here, not at the top: the Lambda functions parse JSON and their runtime has no PyYAML
+
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Self
+from typing import Any, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -68,6 +68,12 @@ class Attempt(BaseModel):
     ended_at: AwareDatetime | None = None
     outcome: AttemptOutcome | None = None
     work_done_hours_at_start: float = Field(default=0, ge=0, description="reference-GPU hours restored")
+    relative_speed: float = Field(default=1.0, gt=0, description="the GPU's speed vs the reference GPU")
+    task_token: str | None = Field(default=None, description="the JobLifecycle Run task's token")
+    running_at: AwareDatetime | None = None  # the instance reached `running`
+    interrupted_at: AwareDatetime | None = None  # the spot interruption warning arrived
+    rebalance_at: AwareDatetime | None = None  # a rebalance recommendation arrived
+    lost_work_hours: float = Field(default=0, ge=0, description="reference-GPU hours done and not checkpointed")
 
     @property
     def is_live(self) -> bool:
@@ -79,6 +85,16 @@ class Attempt(BaseModel):
 
     def cost(self, now: datetime) -> float:
         return self.hourly_price * self.runtime_hours(now)
+
+
+class PlannedPool(BaseModel):
+    """One entry of the ranking `place` hands to `launch`: try these pools in order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pool: Pool
+    hourly_price: float = Field(ge=0)
+    relative_speed: float = Field(gt=0)
 
 
 class Job(BaseModel):
@@ -95,8 +111,17 @@ class Job(BaseModel):
     interruptions: int = Field(default=0, ge=0)
     restarts: int = Field(default=0, ge=0, description="restarts after the user's code failed")
     work_done_hours: float = Field(default=0, ge=0, description="reference-GPU hours in the last checkpoint")
-    cost_usd: float = Field(default=0, ge=0)
+    cost_usd: float = Field(default=0, ge=0, description="across all ended attempts")
+    lost_work_hours: float = Field(default=0, ge=0)
     failure_reason: str | None = None
+    placement: tuple[PlannedPool, ...] = Field(default=(), description="the latest ranking, best first")
+    place_waits: int = Field(default=0, ge=0, description="placements in a row that found no pool")
+    waiting_since: AwareDatetime | None = Field(default=None, description="first of those placements")
+    preferred_pool: Pool | None = Field(default=None, description="recovery asks to try this pool first")
+    last_recovered_attempt: int = Field(default=0, ge=0, description="recovery applied up to this attempt")
+    last_recovery: dict[str, Any] | None = Field(default=None, description="what that recovery decided")
+    cancel_requested: bool = False
+    ended_at: AwareDatetime | None = None
 
     def remaining_work_hours(self) -> float | None:
         """Reference-GPU hours still to do, if the spec gives `work_hours`."""

@@ -155,13 +155,15 @@ def place(
     on_demand_prices: Mapping[str, float] | None = None,
     budget_left_usd: float | None = None,
     current_market: Market | None = None,
+    zones: Collection[str] = (),
     restart_overhead_hours: float = DEFAULT_RESTART_OVERHEAD_HOURS,
 ) -> Placement:
     """Rank the pools for `spec` given the current `quotes`.
 
     `remaining_work_hours` defaults to the spec's `work_hours` minus `work_done_hours` (or 1 h of
     reference-GPU work when the spec gives none). `on_demand_prices` default to the catalog's.
-    `blocked` pools are skipped (the interrupted-pool cache of the recovery strategies).
+    `blocked` pools are skipped (the interrupted-pool cache of the recovery strategies). On-demand
+    pools are considered in `zones` and in every zone that has a spot quote.
     """
     rates = interruptions or InterruptionModel()
     known = spec.work_hours is not None or remaining_work_hours is not None
@@ -238,9 +240,9 @@ def place(
         )
 
     spot: list[RankedPool] = []
-    zones: set[str] = set()
+    all_zones = set(zones)
     for pool, quote in sorted(latest_quotes(quotes).items(), key=lambda item: _pool_order(item[0])):
-        zones.add(pool.availability_zone)
+        all_zones.add(pool.availability_zone)
         if pool.market is Market.SPOT:
             candidate = consider(pool, quote.usd_per_hour)
             if candidate is not None:
@@ -270,7 +272,7 @@ def place(
                 Rejection(pool=r.pool, reason=f"market is on-demand now: {decision.reason}", category="market")
             )
         for itype in on_demand_types:
-            for zone in sorted(zones):
+            for zone in sorted(all_zones):
                 pool = Pool(instance_type=itype.name, availability_zone=zone, market=Market.ON_DEMAND)
                 candidate = consider(pool, od_prices[itype.name])
                 if candidate is not None:

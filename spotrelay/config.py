@@ -1,0 +1,130 @@
+"""Names shared by the infrastructure and the code, and one settings model per Lambda function.
+
+`stacks/` imports this module (pure names and pydantic models, no behaviour) to set each function's
+environment, so the two cannot drift apart; an infrastructure test checks every function's
+environment keys against its settings model. Functions validate their settings at cold start:
+`DispatcherSettings.from_env(os.environ)` in `functions/dispatcher.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# Tags on every instance spotrelay launches. RunInstances/CreateFleet are only allowed with them.
+TAG_MANAGED = "spotrelay:managed"  # value "true"
+TAG_JOB_ID = "spotrelay:job-id"
+TAG_ATTEMPT = "spotrelay:attempt"
+TAG_JOB_NAME = "spotrelay:job-name"
+
+METRICS_NAMESPACE = "spotrelay"
+
+# Error names the JobLifecycle state machine catches (Lambda errors and task-token failures).
+ERROR_SPOT_INTERRUPTED = "SpotInterrupted"
+ERROR_INSTANCE_LOST = "InstanceLost"
+ERROR_JOB_FAILED = "JobFailed"
+ERROR_NO_CAPACITY = "InsufficientInstanceCapacity"  # every ranked pool refused us: back to Place
+ERROR_CANCELLED = "JobCancelled"
+
+# Environment variable names (the settings models' aliases).
+ENV_TABLE = "SPOTRELAY_TABLE"
+ENV_BUCKET = "SPOTRELAY_BUCKET"
+ENV_QUEUE_URL = "SPOTRELAY_QUEUE_URL"
+ENV_DLQ_URL = "SPOTRELAY_DLQ_URL"
+ENV_STATE_MACHINE_ARN = "SPOTRELAY_STATE_MACHINE_ARN"
+ENV_LAUNCH_TEMPLATE_ID = "SPOTRELAY_LAUNCH_TEMPLATE_ID"
+ENV_SUBNETS = "SPOTRELAY_SUBNETS"  # JSON {"us-east-1a": "subnet-...", ...}
+ENV_ALLOWED_FAMILIES = "SPOTRELAY_ALLOWED_FAMILIES"  # comma-separated, e.g. "g5,g6,p4d"
+ENV_MAX_CONCURRENT_JOBS = "SPOTRELAY_MAX_CONCURRENT_JOBS"
+ENV_BUDGET_USD_PER_HOUR = "SPOTRELAY_BUDGET_USD_PER_HOUR"
+ENV_SPOT_VCPU_QUOTAS = "SPOTRELAY_SPOT_VCPU_QUOTAS"  # JSON {"g": 64, "p": 96}: spot vCPU quota per quota group
+ENV_DISPATCHER_FUNCTION = "SPOTRELAY_DISPATCHER_FUNCTION"
+ENV_BLOCK_MINUTES = "SPOTRELAY_BLOCK_MINUTES"
+ENV_HEARTBEAT_SECONDS = "SPOTRELAY_HEARTBEAT_SECONDS"
+
+
+class FunctionSettings(BaseModel):
+    """Settings read from the environment by alias (the env var name); unknown variables are ignored."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Self:
+        return cls.model_validate(dict(environ))
+
+    @classmethod
+    def env_keys(cls) -> set[str]:
+        return {field.alias or name for name, field in cls.model_fields.items()}
+
+
+def _json_if_text(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+class TableSettings(FunctionSettings):
+    table_name: str = Field(alias=ENV_TABLE, min_length=1)
+
+
+class DispatcherSettings(TableSettings):
+    queue_url: str = Field(alias=ENV_QUEUE_URL, min_length=1)
+    dlq_url: str = Field(alias=ENV_DLQ_URL, min_length=1)
+    state_machine_arn: str = Field(alias=ENV_STATE_MACHINE_ARN, min_length=1)
+    max_concurrent_jobs: int = Field(alias=ENV_MAX_CONCURRENT_JOBS, ge=1)
+    budget_usd_per_hour: float = Field(alias=ENV_BUDGET_USD_PER_HOUR, gt=0)
+    spot_vcpu_quotas: dict[str, int] = Field(alias=ENV_SPOT_VCPU_QUOTAS)
+    heartbeat_seconds: int = Field(alias=ENV_HEARTBEAT_SECONDS, ge=60)
+
+    _parse_quotas = field_validator("spot_vcpu_quotas", mode="before")(_json_if_text)
+
+
+class PlaceSettings(TableSettings):
+    subnets: dict[str, str] = Field(alias=ENV_SUBNETS, min_length=1, description="AZ -> subnet id")
+    allowed_families: tuple[str, ...] = Field(alias=ENV_ALLOWED_FAMILIES, min_length=1)
+
+    _parse_subnets = field_validator("subnets", mode="before")(_json_if_text)
+
+    @field_validator("allowed_families", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return tuple(f.strip() for f in value.split(",") if f.strip()) if isinstance(value, str) else value
+
+
+class LaunchSettings(PlaceSettings):
+    bucket: str = Field(alias=ENV_BUCKET, min_length=1)
+    launch_template_id: str = Field(alias=ENV_LAUNCH_TEMPLATE_ID, min_length=1)
+
+
+class Ec2EventsSettings(TableSettings):
+    state_machine_arn: str = Field(alias=ENV_STATE_MACHINE_ARN, min_length=1)
+    block_minutes: float = Field(alias=ENV_BLOCK_MINUTES, gt=0)
+
+
+class RecoverSettings(TableSettings):
+    bucket: str = Field(alias=ENV_BUCKET, min_length=1)
+
+
+class FinalizeSettings(TableSettings):
+    dispatcher_function: str = Field(alias=ENV_DISPATCHER_FUNCTION, min_length=1)
+
+
+class ReconcileSettings(TableSettings):
+    state_machine_arn: str = Field(alias=ENV_STATE_MACHINE_ARN, min_length=1)
+
+
+class CancelSettings(TableSettings):
+    state_machine_arn: str = Field(alias=ENV_STATE_MACHINE_ARN, min_length=1)
+
+
+SETTINGS_BY_FUNCTION: dict[str, type[FunctionSettings]] = {
+    "dispatcher": DispatcherSettings,
+    "place": PlaceSettings,
+    "launch": LaunchSettings,
+    "ec2_events": Ec2EventsSettings,
+    "recover": RecoverSettings,
+    "finalize": FinalizeSettings,
+    "reconcile": ReconcileSettings,
+    "cancel": CancelSettings,
+}
