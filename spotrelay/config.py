@@ -28,6 +28,7 @@ ERROR_INSTANCE_LOST = "InstanceLost"
 ERROR_JOB_FAILED = "JobFailed"
 ERROR_NO_CAPACITY = "InsufficientInstanceCapacity"  # every ranked pool refused us: back to Place
 ERROR_CANCELLED = "JobCancelled"
+ERROR_BUDGET_EXHAUSTED = "BudgetExhausted"
 
 # Environment variable names (the settings models' aliases).
 ENV_TABLE = "SPOTRELAY_TABLE"
@@ -64,6 +65,10 @@ def _json_if_text(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def _split_commas(value: Any) -> Any:
+    return tuple(f.strip() for f in value.split(",") if f.strip()) if isinstance(value, str) else value
+
+
 class TableSettings(FunctionSettings):
     table_name: str = Field(alias=ENV_TABLE, min_length=1)
 
@@ -76,8 +81,10 @@ class DispatcherSettings(TableSettings):
     budget_usd_per_hour: float = Field(alias=ENV_BUDGET_USD_PER_HOUR, gt=0)
     spot_vcpu_quotas: dict[str, int] = Field(alias=ENV_SPOT_VCPU_QUOTAS)
     heartbeat_seconds: int = Field(alias=ENV_HEARTBEAT_SECONDS, ge=60)
+    allowed_families: tuple[str, ...] = Field(alias=ENV_ALLOWED_FAMILIES, min_length=1)
 
     _parse_quotas = field_validator("spot_vcpu_quotas", mode="before")(_json_if_text)
+    _parse_families = field_validator("allowed_families", mode="before")(_split_commas)
 
 
 class PlaceSettings(TableSettings):
@@ -85,15 +92,10 @@ class PlaceSettings(TableSettings):
     allowed_families: tuple[str, ...] = Field(alias=ENV_ALLOWED_FAMILIES, min_length=1)
 
     _parse_subnets = field_validator("subnets", mode="before")(_json_if_text)
-
-    @field_validator("allowed_families", mode="before")
-    @classmethod
-    def _split(cls, value: Any) -> Any:
-        return tuple(f.strip() for f in value.split(",") if f.strip()) if isinstance(value, str) else value
+    _parse_families = field_validator("allowed_families", mode="before")(_split_commas)
 
 
 class LaunchSettings(PlaceSettings):
-    bucket: str = Field(alias=ENV_BUCKET, min_length=1)
     launch_template_id: str = Field(alias=ENV_LAUNCH_TEMPLATE_ID, min_length=1)
 
 
@@ -103,7 +105,7 @@ class Ec2EventsSettings(TableSettings):
 
 
 class RecoverSettings(TableSettings):
-    bucket: str = Field(alias=ENV_BUCKET, min_length=1)
+    pass
 
 
 class FinalizeSettings(TableSettings):
@@ -112,6 +114,7 @@ class FinalizeSettings(TableSettings):
 
 class ReconcileSettings(TableSettings):
     state_machine_arn: str = Field(alias=ENV_STATE_MACHINE_ARN, min_length=1)
+    heartbeat_seconds: int = Field(alias=ENV_HEARTBEAT_SECONDS, ge=60)
 
 
 class CancelSettings(TableSettings):

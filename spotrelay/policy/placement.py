@@ -3,8 +3,8 @@
 Candidates are the priced spot pools (type x AZ) and, when the deadline calls for it, on-demand pools
 of the same types in the same AZs. A candidate is rejected, with its reason, when the type is not a
 GPU type we know, does not fit the job, the pool is blocked, its price is above the job's cap, it
-would spend more than the job's remaining budget, or it cannot finish before the deadline even if
-never interrupted.
+would spend more than the job's remaining budget, or it cannot start and finish before the deadline
+even if never interrupted.
 
 Expected cost to finish (objective `cost-to-finish`):
     run_hours     = remaining work (reference-GPU hours) / relative speed of the type's GPU
@@ -173,7 +173,9 @@ def place(
     blocked_set = frozenset(blocked)
     cap = spec.limits.max_price_per_hour
     overhead_per_interruption = restart_overhead_hours + spec.checkpoint.interval_minutes / 60 / 2
-    time_left = None if spec.limits.deadline_hours is None else spec.limits.deadline_hours - elapsed_hours
+    # Without a work estimate nobody knows whether a pool can finish in time: no deadline rejections.
+    judge_deadline = spec.limits.deadline_hours is not None and known
+    time_left = spec.limits.deadline_hours - elapsed_hours if judge_deadline and spec.limits.deadline_hours else None
     misfits: dict[str, str | None] = {}
 
     def misfit(type_name: str) -> str | None:
@@ -207,11 +209,14 @@ def place(
             return None
         speed = relative_speed(INSTANCE_TYPES[pool.instance_type])
         run_hours = remaining_work_hours / speed
-        if time_left is not None and run_hours > time_left:
+        if time_left is not None and run_hours + restart_overhead_hours > time_left:
             rejected.append(
                 Rejection(
                     pool=pool,
-                    reason=f"needs {run_hours:.2f} h, only {time_left:.2f} h left to the deadline",
+                    reason=(
+                        f"needs {run_hours:.2f} h + {restart_overhead_hours:g} h to start, "
+                        f"only {time_left:.2f} h left to the deadline"
+                    ),
                     category="deadline",
                 )
             )

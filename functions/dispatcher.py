@@ -1,0 +1,56 @@
+"""dispatcher: on the queue-depth alarm, the schedule or a finished job, turn queue messages into job
+records and admit queued jobs within quotas, budget and max concurrency (spotrelay.control.dispatcher)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from spotrelay.aws.clock import SystemClock
+from spotrelay.aws.queue import SqsJobQueue
+from spotrelay.aws.store import DynamoJobStore
+from spotrelay.aws.workflow import StepFunctionsWorkflow
+from spotrelay.config import DispatcherSettings
+from spotrelay.control.admission import AdmissionLimits
+from spotrelay.control.dispatcher import dispatch
+
+settings = DispatcherSettings.from_env(os.environ)
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+clock = SystemClock()
+store = DynamoJobStore(settings.table_name, boto3.client("dynamodb"))
+queue = SqsJobQueue(boto3.client("sqs"), settings.queue_url, settings.dlq_url)
+workflow = StepFunctionsWorkflow(boto3.client("stepfunctions"), settings.state_machine_arn)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    trigger = event.get("detail-type") or event.get("source") or "direct"
+    report = dispatch(
+        store=store,
+        queue=queue,
+        workflow=workflow,
+        clock=clock,
+        limits=AdmissionLimits(
+            max_concurrent_jobs=settings.max_concurrent_jobs,
+            budget_usd_per_hour=settings.budget_usd_per_hour,
+            spot_vcpu_quotas=settings.spot_vcpu_quotas,
+            allowed_families=settings.allowed_families,
+        ),
+        heartbeat_seconds=settings.heartbeat_seconds,
+    )
+    metrics.add_metric(name="JobsAccepted", unit=MetricUnit.Count, value=len(report.accepted))
+    metrics.add_metric(name="JobsRejected", unit=MetricUnit.Count, value=len(report.rejected))
+    metrics.add_metric(name="JobsAdmitted", unit=MetricUnit.Count, value=len(report.admitted))
+    for job_id in report.rejected:
+        logger.warning("invalid job message kept in the DLQ", extra={"job_id": job_id})
+    logger.info("dispatched", extra={"trigger": trigger, **report.model_dump()})
+    return report.model_dump()

@@ -1,0 +1,64 @@
+"""ec2_events: spot interruption warnings, rebalance recommendations and instance state changes
+(spotrelay.control.ec2_events). A malformed event is logged, counted and acknowledged: never raised
+into a retry loop."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import ValidationError
+
+from spotrelay.aws.store import DynamoJobStore
+from spotrelay.aws.workflow import StepFunctionsWorkflow
+from spotrelay.config import Ec2EventsSettings
+from spotrelay.control.ec2_events import Ec2Event, MalformedEvent, handle_ec2_event
+
+settings = Ec2EventsSettings.from_env(os.environ)
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+store = DynamoJobStore(settings.table_name, boto3.client("dynamodb"))
+workflow = StepFunctionsWorkflow(boto3.client("stepfunctions"), settings.state_machine_arn)
+
+_METRIC_BY_ACTION = {"interrupt": "Interruptions", "lost": "InstancesLost", "rebalance": "RebalanceRecommendations"}
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    try:
+        envelope = parse(event=event, model=EventBridgeModel)
+        outcome = handle_ec2_event(
+            Ec2Event(
+                id=envelope.id,
+                source=envelope.source,
+                detail_type=envelope.detail_type,
+                time=envelope.time,
+                detail=envelope.detail,
+            ),
+            store=store,
+            workflow=workflow,
+            block_minutes=settings.block_minutes,
+        )
+    except (ValidationError, MalformedEvent) as e:
+        metrics.add_metric(name="MalformedEvents", unit=MetricUnit.Count, value=1)
+        logger.warning(
+            "malformed event acknowledged",
+            extra={"error": str(e), "event_id": event.get("id") if isinstance(event, dict) else None},
+        )
+        return {"action": "malformed", "reason": str(e)[:500]}
+    if outcome.job_id is not None:
+        logger.append_keys(job_id=outcome.job_id, attempt=outcome.attempt)
+    metric = _METRIC_BY_ACTION.get(outcome.action)
+    if metric is not None:
+        metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
+    logger.info("ec2 event handled", extra={"event_id": envelope.id, **outcome.model_dump()})
+    return outcome.model_dump()

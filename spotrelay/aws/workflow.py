@@ -1,0 +1,89 @@
+"""`Workflow` on Step Functions: one JobLifecycle execution per job, named after the job id."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
+
+# SendTaskSuccess/SendTaskFailure errors that mean "this token is no longer open".
+CLOSED_TOKEN_CODES = frozenset({"TaskDoesNotExist", "TaskTimedOut", "InvalidToken"})
+NO_EXECUTION = "ExecutionDoesNotExist"
+MAX_ERROR_CHARS = 256  # Step Functions' limits on `error` and `cause`
+MAX_CAUSE_CHARS = 32_768
+
+
+def _error_code(error: ClientError) -> str:
+    return error.response.get("Error", {}).get("Code", "")
+
+
+def execution_arn(state_machine_arn: str, execution_name: str) -> str:
+    """`arn:aws:states:<region>:<account>:stateMachine:<name>` -> `...:execution:<name>:<execution_name>`."""
+    parts = state_machine_arn.split(":")
+    if len(parts) != 7 or parts[2] != "states" or parts[5] != "stateMachine":
+        raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
+    return ":".join([*parts[:5], "execution", parts[6], execution_name])
+
+
+class StepFunctionsWorkflow:
+    def __init__(self, client: SFNClient, state_machine_arn: str) -> None:
+        self.client = client
+        self.state_machine_arn = state_machine_arn
+
+    def execution_arn(self, job_id: str) -> str:
+        return execution_arn(self.state_machine_arn, job_id)
+
+    def start(self, job_id: str, payload: dict[str, object]) -> bool:
+        # StartExecution is itself idempotent for a running execution with the same name and input:
+        # it answers with the existing execution instead of an error. Ask first, so that a repeat
+        # reads as "exists already"; ExecutionAlreadyExists covers a different input or a closed one.
+        if self.status(job_id) is not None:
+            return False
+        try:
+            self.client.start_execution(
+                stateMachineArn=self.state_machine_arn, name=job_id, input=json.dumps(payload, sort_keys=True)
+            )
+        except ClientError as e:
+            if _error_code(e) == "ExecutionAlreadyExists":
+                return False
+            raise
+        return True
+
+    def succeed_task(self, task_token: str, output: dict[str, object]) -> bool:
+        try:
+            self.client.send_task_success(taskToken=task_token, output=json.dumps(output, sort_keys=True))
+        except ClientError as e:
+            if _error_code(e) in CLOSED_TOKEN_CODES:
+                return False
+            raise
+        return True
+
+    def fail_task(self, task_token: str, error: str, cause: str) -> bool:
+        try:
+            self.client.send_task_failure(
+                taskToken=task_token, error=error[:MAX_ERROR_CHARS], cause=cause[:MAX_CAUSE_CHARS]
+            )
+        except ClientError as e:
+            if _error_code(e) in CLOSED_TOKEN_CODES:
+                return False
+            raise
+        return True
+
+    def status(self, job_id: str) -> str | None:
+        try:
+            return self.client.describe_execution(executionArn=self.execution_arn(job_id))["status"]
+        except ClientError as e:
+            if _error_code(e) == NO_EXECUTION:
+                return None
+            raise
+
+    def stop(self, job_id: str, cause: str) -> None:
+        try:
+            self.client.stop_execution(executionArn=self.execution_arn(job_id), cause=cause[:MAX_CAUSE_CHARS])
+        except ClientError as e:
+            if _error_code(e) != NO_EXECUTION:
+                raise

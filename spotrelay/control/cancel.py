@@ -1,0 +1,68 @@
+"""Cancel a job wherever it is: mark it, terminate its instance, close its attempt, stop its execution.
+
+Cancel does the whole job itself rather than trusting the execution to notice: on AWS stopping an
+execution skips its Finalize. It also fails the Run task with JobCancelled, so an execution that is
+still waiting on it (moto cannot stop a waiting execution) finalizes as cancelled; Finalize keeps
+the CANCELLED state because it never overwrites a terminal one.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from spotrelay.config import ERROR_CANCELLED
+from spotrelay.control.jobs import update_job
+from spotrelay.control.lifecycle import account, close_attempt
+from spotrelay.control.ports import Clock, Compute, JobStore, Workflow
+from spotrelay.models import AttemptOutcome, Job, JobState, ensure_transition
+
+
+class CancelResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    state: JobState
+    terminated: list[str]
+    already_ended: bool
+
+
+def cancel_job(job_id: str, *, store: JobStore, compute: Compute, workflow: Workflow, clock: Clock) -> CancelResult:
+    now = clock.now()
+    job, _ = store.get_job(job_id)
+    if job.state.is_terminal:
+        return CancelResult(job_id=job_id, state=job.state, terminated=[], already_ended=True)
+    update_job(store, job_id, _request_cancel)
+    attempts = store.attempts(job_id)
+    pointer = store.get_checkpoint(job_id)
+    ended = []
+    terminated: list[str] = []
+    tokens: list[str] = []
+    for attempt in attempts:
+        if attempt.outcome is None:
+            if attempt.instance_id is not None:
+                terminated.append(attempt.instance_id)
+            if attempt.task_token is not None:
+                tokens.append(attempt.task_token)
+            attempt = close_attempt(attempt, AttemptOutcome.CANCELLED, now, pointer)
+            store.put_attempt(attempt)
+        ended.append(attempt)
+    if terminated:
+        compute.terminate(terminated)
+
+    def change(fresh: Job) -> None:
+        account(fresh, ended, pointer, now)
+        if not fresh.state.is_terminal:
+            fresh.state = ensure_transition(fresh.state, JobState.CANCELLED)
+            fresh.failure_reason = "JobCancelled: cancelled by the user"
+            fresh.ended_at = fresh.updated_at = now
+
+    final, _ = update_job(store, job_id, change)
+    for token in tokens:
+        workflow.fail_task(token, ERROR_CANCELLED, "cancelled by the user")
+    if workflow.status(job_id) == "RUNNING":
+        workflow.stop(job_id, "cancelled by the user")
+    return CancelResult(job_id=job_id, state=final.state, terminated=terminated, already_ended=False)
+
+
+def _request_cancel(job: Job) -> None:
+    job.cancel_requested = True

@@ -1,0 +1,138 @@
+"""The dispatcher: turn queue messages into job records, then admit queued jobs by priority and age.
+
+Runs on the queue-depth alarm, on the schedule, and when a job finishes. It is the only writer of
+admissions (the function has a reserved concurrency of 1), and every step is idempotent:
+- a message becomes the job `<name>-<12 hex of the SQS message id>`; a redelivered message finds the
+  job already there and is just deleted;
+- a message that is not a valid job becomes a FAILED job record carrying the validation error, and
+  the message is kept in the DLQ — nothing is silently dropped;
+- admission starts the execution named by the job id first (a second start is a no-op), then marks
+  the job PLACING; a crash in between leaves a QUEUED job with a running execution, which the
+  execution's own Place step moves on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from spotrelay.control.admission import AdmissionLimits, admit
+from spotrelay.control.jobs import update_job
+from spotrelay.control.ports import Clock, JobQueue, JobStore, QueueMessage, Workflow
+from spotrelay.models import Job, JobSpecError, JobState, ensure_transition, parse_job_spec
+
+MAX_MESSAGES_PER_RUN = 100
+MAX_QUEUED_CONSIDERED = 500
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class DispatchReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    received: int = 0
+    accepted: list[str] = []
+    rejected: list[str] = []
+    admitted: list[str] = []
+    held: dict[str, str] = {}
+    failed: list[str] = []
+
+
+def job_id_for(name: str, message_id: str) -> str:
+    """A Step Functions execution name: <= 80 characters of [A-Za-z0-9_-]."""
+    suffix = message_id.replace("-", "")[:12]
+    return f"{_UNSAFE.sub('-', name)[:60]}-{suffix}"
+
+
+def intake(message: QueueMessage, *, store: JobStore, queue: JobQueue, clock: Clock) -> tuple[str, bool]:
+    """Record one message as a QUEUED job (or a FAILED one); returns (job id, valid)."""
+    now = clock.now()
+    source = f"message {message.message_id}"
+    data: Any = None
+    try:
+        data = json.loads(message.body)
+        spec = parse_job_spec(data, source)
+    except (json.JSONDecodeError, JobSpecError) as e:
+        reason = str(e) if isinstance(e, JobSpecError) else f"{source}: line {e.lineno}: not valid JSON ({e.msg})"
+        name = data.get("name") if isinstance(data, dict) else None
+        job_id = job_id_for(name if isinstance(name, str) and name else "invalid", message.message_id)
+        store.create_job(_failed_job(job_id, reason, now))
+        queue.dead_letter(message, reason)
+        return job_id, False
+    job_id = job_id_for(spec.name, message.message_id)
+    store.create_job(Job(job_id=job_id, spec=spec, submitted_at=now, updated_at=now))
+    queue.delete(message)
+    return job_id, True
+
+
+def _failed_job(job_id: str, reason: str, now: datetime) -> Job:
+    # The spec was invalid, so there is none to keep: a placeholder that cannot run records the failure.
+    placeholder = parse_job_spec({"name": "invalid", "run": {"command": "false"}, "resources": {"gpus": 1}})
+    return Job(
+        job_id=job_id,
+        spec=placeholder,
+        state=JobState.FAILED,
+        submitted_at=now,
+        updated_at=now,
+        failure_reason=f"InvalidJob: {reason}",
+        ended_at=now,
+    )
+
+
+def dispatch(
+    *,
+    store: JobStore,
+    queue: JobQueue,
+    workflow: Workflow,
+    clock: Clock,
+    limits: AdmissionLimits,
+    heartbeat_seconds: int,
+) -> DispatchReport:
+    accepted: list[str] = []
+    rejected: list[str] = []
+    messages = queue.receive(MAX_MESSAGES_PER_RUN)
+    for message in messages:
+        job_id, valid = intake(message, store=store, queue=queue, clock=clock)
+        (accepted if valid else rejected).append(job_id)
+
+    plan = admit(store.queued_jobs(MAX_QUEUED_CONSIDERED), store.active_jobs(), limits)
+    admitted: list[str] = []
+    for job in plan.admitted:
+        workflow.start(job.job_id, {"job_id": job.job_id, "heartbeat_seconds": heartbeat_seconds})
+        update_job(store, job.job_id, _mark_admitted(clock))
+        admitted.append(job.job_id)
+    failed: list[str] = []
+    for held in plan.impossible:
+        update_job(store, held.job.job_id, _mark_impossible(held.reason, clock))
+        failed.append(held.job.job_id)
+    return DispatchReport(
+        received=len(messages),
+        accepted=accepted,
+        rejected=rejected,
+        admitted=admitted,
+        held={h.job.job_id: h.reason for h in plan.held},
+        failed=failed,
+    )
+
+
+def _mark_admitted(clock: Clock) -> Callable[[Job], None]:
+    def change(job: Job) -> None:
+        if job.state is JobState.QUEUED:
+            job.state = ensure_transition(job.state, JobState.PLACING)
+            job.updated_at = clock.now()
+
+    return change
+
+
+def _mark_impossible(reason: str, clock: Clock) -> Callable[[Job], None]:
+    def change(job: Job) -> None:
+        if job.state is JobState.QUEUED:
+            job.state = ensure_transition(job.state, JobState.FAILED)
+            job.failure_reason = f"Unschedulable: {reason}"
+            job.updated_at = job.ended_at = clock.now()
+
+    return change

@@ -1,0 +1,243 @@
+"""EC2 events: spot interruption warnings, rebalance recommendations and instance state changes.
+
+Dispatched through a table keyed by (source, detail-type), as Karpenter's interruption controller
+does: each kind has a `detail` model and a pure `action_for(detail, attempt, job)`. Events arrive at
+least once and out of order, so every action is fenced by the attempt it names (an event for an
+attempt that has ended, or that is not the job's current attempt, is acknowledged and ignored) and
+is safe to apply twice. Unknown kinds are no-ops; a `detail` that does not parse raises
+`MalformedEvent` for the function to log, count and acknowledge.
+
+The instance id always comes from `detail.instance-id` (the `resources` ARNs vary in shape).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from spotrelay.config import ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
+from spotrelay.control.jobs import update_job
+from spotrelay.control.ports import JobStore, NotFoundError, Workflow
+from spotrelay.models import Attempt, Job, JobState, ensure_transition
+from spotrelay.policy import BlockedPool
+
+SPOT_INTERRUPTION = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
+REBALANCE = ("aws.ec2", "EC2 Instance Rebalance Recommendation")
+STATE_CHANGE = ("aws.ec2", "EC2 Instance State-change Notification")
+
+
+class MalformedEvent(ValueError):
+    pass
+
+
+class Ec2Event(BaseModel):
+    """The EventBridge envelope, as the function parsed it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    source: str
+    detail_type: str
+    time: AwareDatetime
+    detail: Mapping[str, Any]
+
+
+class _Detail(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="allow")
+
+    instance_id: str = Field(alias="instance-id", pattern=r"^i-[0-9a-f]+$")
+
+
+class InterruptionDetail(_Detail):
+    instance_action: Literal["terminate", "stop", "hibernate"] = Field(alias="instance-action")
+
+
+class RebalanceDetail(_Detail):
+    pass
+
+
+class StateChangeDetail(_Detail):
+    state: Literal["pending", "running", "stopping", "stopped", "shutting-down", "terminated"]
+
+
+# ------------------------------------------------------------------------------------------ actions
+
+
+class Ignore(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["ignore"] = "ignore"
+    reason: str
+
+
+class Interrupt(BaseModel):
+    """Block the pool, count the interruption once, fail the Run task with SpotInterrupted."""
+
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["interrupt"] = "interrupt"
+    first_notice: bool
+
+
+class NoteRebalance(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["rebalance"] = "rebalance"
+
+
+class MarkRunning(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["running"] = "running"
+
+
+class Lose(BaseModel):
+    """The instance went away without a spot notice: fail the Run task with InstanceLost."""
+
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["lost"] = "lost"
+    state: str
+
+
+Action = Ignore | Interrupt | NoteRebalance | MarkRunning | Lose
+
+
+def _fence(attempt: Attempt, job: Job) -> Ignore | None:
+    if job.state.is_terminal:
+        return Ignore(reason=f"job is {job.state}")
+    if attempt.attempt != job.attempts:
+        return Ignore(reason=f"stale: attempt {attempt.attempt}, the job is on attempt {job.attempts}")
+    if attempt.outcome is not None:
+        return Ignore(reason=f"attempt {attempt.attempt} already ended ({attempt.outcome})")
+    return None
+
+
+def interruption_action(detail: InterruptionDetail, attempt: Attempt, job: Job) -> Action:
+    return _fence(attempt, job) or Interrupt(first_notice=attempt.interrupted_at is None)
+
+
+def rebalance_action(detail: RebalanceDetail, attempt: Attempt, job: Job) -> Action:
+    fenced = _fence(attempt, job)
+    if fenced is not None:
+        return fenced
+    if attempt.rebalance_at is not None:
+        return Ignore(reason="rebalance recommendation already noted")
+    return NoteRebalance()
+
+
+def state_change_action(detail: StateChangeDetail, attempt: Attempt, job: Job) -> Action:
+    fenced = _fence(attempt, job)
+    if fenced is not None:
+        return fenced
+    if detail.state == "pending":
+        return Ignore(reason="pending")
+    if detail.state == "running":
+        return Ignore(reason="already running") if attempt.running_at is not None else MarkRunning()
+    if attempt.interrupted_at is not None:
+        return Ignore(reason=f"{detail.state} after the interruption warning: already handled")
+    return Lose(state=detail.state)
+
+
+class EventKind(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    detail_model: type[_Detail]
+    action_for: Callable[[Any, Attempt, Job], Action]
+
+
+HANDLERS: dict[tuple[str, str], EventKind] = {
+    SPOT_INTERRUPTION: EventKind(name="interruption", detail_model=InterruptionDetail, action_for=interruption_action),
+    REBALANCE: EventKind(name="rebalance", detail_model=RebalanceDetail, action_for=rebalance_action),
+    STATE_CHANGE: EventKind(name="state-change", detail_model=StateChangeDetail, action_for=state_change_action),
+}
+
+
+class EventOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    action: str
+    reason: str = ""
+    job_id: str | None = None
+    attempt: int | None = None
+    instance_id: str | None = None
+
+
+def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, block_minutes: float) -> EventOutcome:
+    kind = HANDLERS.get((event.source, event.detail_type))
+    if kind is None:
+        return EventOutcome(kind="unknown", action="ignore", reason=f"{event.source} / {event.detail_type}")
+    try:
+        detail = kind.detail_model.model_validate(event.detail)
+    except ValidationError as e:
+        raise MalformedEvent(f"{kind.name} event {event.id}: {e.errors(include_url=False)}") from None
+    ref = store.get_instance_ref(detail.instance_id)
+    if ref is None:
+        return EventOutcome(
+            kind=kind.name, action="ignore", reason="not a spotrelay instance", instance_id=detail.instance_id
+        )
+    try:
+        job, _ = store.get_job(ref.job_id)
+        attempt = store.get_attempt(ref.job_id, ref.attempt)
+    except NotFoundError:
+        return EventOutcome(kind=kind.name, action="ignore", reason="job or attempt not found", job_id=ref.job_id)
+    action = kind.action_for(detail, attempt, job)
+    base = EventOutcome(
+        kind=kind.name, action="ignore", job_id=ref.job_id, attempt=ref.attempt, instance_id=detail.instance_id
+    )
+    if isinstance(action, Ignore):
+        return base.model_copy(update={"reason": action.reason})
+    if isinstance(action, Interrupt):
+        _interrupt(attempt, event.time, first=action.first_notice, store=store, block_minutes=block_minutes)
+        closed = not _fail_task(workflow, attempt, ERROR_SPOT_INTERRUPTED, event, detail.instance_id)
+        return base.model_copy(update={"action": "interrupt", "reason": "task already closed" if closed else ""})
+    if isinstance(action, NoteRebalance):
+        store.put_attempt(attempt.model_copy(update={"rebalance_at": event.time}))
+        return base.model_copy(update={"action": "rebalance"})
+    if isinstance(action, MarkRunning):
+        store.put_attempt(attempt.model_copy(update={"running_at": event.time}))
+        update_job(store, ref.job_id, _running(ref.attempt, event.time))
+        return base.model_copy(update={"action": "running"})
+    closed = not _fail_task(workflow, attempt, ERROR_INSTANCE_LOST, event, detail.instance_id)
+    return base.model_copy(
+        update={"action": "lost", "reason": f"{action.state}{'; task already closed' if closed else ''}"}
+    )
+
+
+def _interrupt(attempt: Attempt, at: datetime, *, first: bool, store: JobStore, block_minutes: float) -> None:
+    if first:
+        store.put_attempt(attempt.model_copy(update={"interrupted_at": at}))
+        store.record_pool_usage(attempt.pool, 0.0, 1)
+    store.block_pool(
+        BlockedPool(
+            pool=attempt.pool,
+            until=at + timedelta(minutes=block_minutes),
+            reason=f"spot interruption warning for attempt {attempt.attempt}",
+        )
+    )
+
+
+def _fail_task(workflow: Workflow, attempt: Attempt, error: str, event: Ec2Event, instance_id: str) -> bool:
+    if attempt.task_token is None:
+        return False
+    cause = json.dumps(
+        {
+            "instance_id": instance_id,
+            "attempt": attempt.attempt,
+            "instance_type": attempt.pool.instance_type,
+            "availability_zone": attempt.pool.availability_zone,
+            "event_id": event.id,
+            "event_time": event.time.isoformat(),
+        }
+    )
+    return workflow.fail_task(attempt.task_token, error, cause)
+
+
+def _running(attempt_number: int, at: datetime) -> Callable[[Job], None]:
+    def change(job: Job) -> None:
+        if job.attempts == attempt_number and job.state is JobState.LAUNCHING:
+            job.state = ensure_transition(job.state, JobState.RUNNING)
+            job.updated_at = at
+
+    return change

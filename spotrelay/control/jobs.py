@@ -1,0 +1,37 @@
+"""Read-modify-write of a job record under optimistic locking."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from spotrelay.control.ports import ConflictError, JobStore
+from spotrelay.models import Job
+
+T = TypeVar("T")
+
+# Attempts at a conditional write before giving up; the Lambda's own retry (and the state machine's
+# Retry on ConflictError) takes over after that.
+MAX_WRITE_ATTEMPTS = 3
+
+
+def update_job(store: JobStore, job_id: str, change: Callable[[Job], T]) -> tuple[Job, T]:
+    """Apply `change` to a fresh copy of the job and write it back if nobody wrote in between.
+
+    `change` mutates the copy it is given and returns a result; it runs again on a fresh read when
+    the write loses a race, so it must decide from the job it is given, not from earlier reads.
+    """
+    for tries_left in reversed(range(MAX_WRITE_ATTEMPTS)):
+        job, version = store.get_job(job_id)
+        copy = job.model_copy(deep=True)
+        result = change(copy)
+        if copy == job:
+            return job, result
+        try:
+            store.put_job(copy, version)
+        except ConflictError:
+            if tries_left == 0:
+                raise
+            continue
+        return copy, result
+    raise AssertionError("unreachable")

@@ -1,0 +1,488 @@
+"""The JobLifecycle steps: Place, Launch (the Run task), Recover and Finalize.
+
+Each step is called by one Lambda with the state machine's payload, reads the job fresh, and is
+idempotent: Step Functions retries a step after a timeout or a throttled invocation, and the second
+run must not launch a second instance, count an interruption twice or charge an attempt twice.
+Step results are small dicts the state machine's Choice states read (`action`, `wait_seconds`, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from spotrelay.catalog import INSTANCE_TYPES, family_of
+from spotrelay.config import ERROR_CANCELLED, ERROR_JOB_FAILED
+from spotrelay.control.jobs import update_job
+from spotrelay.control.ports import CheckpointPointer, Clock, Compute, InstanceRef, JobStore, LaunchRefused, Wakeup
+from spotrelay.control.ports import LaunchRequest as LaunchRequestModel
+from spotrelay.models import (
+    Attempt,
+    AttemptOutcome,
+    Job,
+    JobState,
+    Market,
+    PlannedPool,
+    ensure_transition,
+)
+from spotrelay.policy import (
+    AttemptEnded,
+    BlockedPool,
+    EndKind,
+    Fail,
+    InterruptionModel,
+    active_blocks,
+    decide_recovery,
+    place,
+)
+
+# How many of the ranked pools Place hands to Launch.
+PLAN_DEPTH = 10
+# Backoff while no pool is feasible: 1, 2, 4, ... minutes, at most 15 (the Wait state sleeps it).
+WAIT_BASE_SECONDS = 60
+WAIT_MAX_SECONDS = 900
+# A pool that refused a launch (no capacity, price) is skipped for this long, as Karpenter does
+# with its unavailable-offerings cache (a few minutes: capacity comes back quickly).
+REFUSED_POOL_BLOCK_MINUTES = 10
+# After an interruption warning, Recover waits for the attempt's final checkpoint this long at most:
+# the notice gives two minutes, the agent commits within them, plus slack for the upload's tail.
+FINAL_CHECKPOINT_WAIT_SECONDS = 150
+FINAL_CHECKPOINT_POLL_SECONDS = 15
+
+
+class JobCancelled(Exception):  # the class name is the error name the state machine catches
+    """The job was cancelled: the Run task fails with this name and the state machine finalizes."""
+
+
+class InsufficientInstanceCapacity(Exception):  # as above
+    """Every ranked pool refused the launch: the state machine goes back to Place."""
+
+
+class StepResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    action: str
+    wait_seconds: int = 0
+    error: str | None = None
+    cause: str | None = None
+
+    def payload(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+class PlacementContext(BaseModel):
+    """What Place and Launch know of the deployment: the subnets per AZ and the allowed families."""
+
+    model_config = ConfigDict(frozen=True)
+
+    subnets: Mapping[str, str]  # AZ -> subnet id
+    allowed_families: tuple[str, ...]
+
+
+# --------------------------------------------------------------------------------------------- Place
+
+
+def place_step(
+    job_id: str, *, store: JobStore, compute: Compute, clock: Clock, context: PlacementContext
+) -> StepResult:
+    """Rank the pools for the job now; hand the best few to Launch, or wait, or give up."""
+    now = clock.now()
+    job, _ = store.get_job(job_id)
+    if job.cancel_requested or job.state is JobState.CANCELLED:
+        return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
+    if job.state.is_terminal:
+        return StepResult(action="fail", error="JobEnded", cause=f"job is already {job.state}")
+
+    types = [t.name for t in job.spec.resources.fitting_types() if family_of(t.name) in context.allowed_families]
+    zones = sorted(context.subnets)
+    quotes = compute.spot_prices(types, zones, now) if types else []
+    pointer = store.get_checkpoint(job_id)
+    work_done = pointer.work_done_hours if pointer is not None else job.work_done_hours
+    limits = job.spec.limits
+    decision = place(
+        job.spec,
+        [q for q in quotes if q.pool.availability_zone in context.subnets],
+        work_done_hours=work_done,
+        elapsed_hours=job.elapsed_hours(now),
+        # same-pool-first: the pool recovery asked for is exempt from the block its own loss put there.
+        blocked=active_blocks(store.blocked_pools(now), now) - {job.preferred_pool},
+        interruptions=InterruptionModel(observed=store.pool_observations()),
+        on_demand_prices={
+            name: price for name in types if (price := INSTANCE_TYPES[name].on_demand_usd_per_hour) is not None
+        },
+        budget_left_usd=None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - job.cost_usd),
+        zones=zones,
+    )
+    ranked = list(decision.ranked[:PLAN_DEPTH])
+
+    def change(fresh: Job) -> StepResult:
+        if fresh.cancel_requested or fresh.state.is_terminal:
+            return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
+        fresh.state = ensure_transition(fresh.state, JobState.PLACING)
+        fresh.work_done_hours = max(fresh.work_done_hours, work_done)
+        fresh.updated_at = now
+        if ranked:
+            plan = [
+                PlannedPool(pool=r.pool, hourly_price=r.hourly_price, relative_speed=r.relative_speed) for r in ranked
+            ]
+            preferred = fresh.preferred_pool
+            if preferred is not None:
+                # same-pool-first: the lost pool goes first if placement still finds it feasible.
+                plan.sort(key=lambda p: p.pool != preferred)
+            fresh.placement = tuple(plan)
+            fresh.place_waits = 0
+            fresh.waiting_since = None
+            fresh.state = ensure_transition(fresh.state, JobState.LAUNCHING)
+            return StepResult(action="launch")
+        waiting_since = fresh.waiting_since or now
+        waited_hours = (now - waiting_since).total_seconds() / 3600
+        if waited_hours >= fresh.spec.limits.max_wait_hours:
+            return StepResult(
+                action="fail",
+                error="NoCapacity",
+                cause=(
+                    f"no feasible pool for {waited_hours:.1f} h (limits.max_wait_hours "
+                    f"{fresh.spec.limits.max_wait_hours:g}); last: {' | '.join(decision.explain(alternatives=0))}"
+                ),
+            )
+        wait = min(WAIT_BASE_SECONDS * 2**fresh.place_waits, WAIT_MAX_SECONDS)
+        fresh.place_waits += 1
+        fresh.waiting_since = waiting_since
+        fresh.state = ensure_transition(fresh.state, JobState.WAITING)
+        return StepResult(action="wait", wait_seconds=wait, cause=decision.market.reason)
+
+    _, result = update_job(store, job_id, change)
+    return result
+
+
+# -------------------------------------------------------------------------------------------- Launch
+
+
+def client_token(job_id: str, attempt: int, planned: PlannedPool) -> str:
+    """EC2 idempotency token (<= 64 ASCII characters): the same launch twice gets the same instance."""
+    key = f"{job_id}:{attempt}:{planned.pool.offering}:{planned.pool.market}"
+    return hashlib.sha256(key.encode()).hexdigest()[:64]
+
+
+def launch_step(
+    job_id: str,
+    task_token: str,
+    *,
+    store: JobStore,
+    compute: Compute,
+    clock: Clock,
+    context: PlacementContext,
+) -> dict[str, Any]:
+    """Start an instance in the first ranked pool that has capacity; record the attempt with the
+    Run task's token. Raises InsufficientInstanceCapacity when every pool refuses."""
+    now = clock.now()
+    job, _ = store.get_job(job_id)
+    if job.cancel_requested or job.state.is_terminal:
+        raise JobCancelled(f"job {job_id} is {job.state}")
+    pointer = store.get_checkpoint(job_id)
+    attempts = store.attempts(job_id)
+    for attempt in attempts:
+        if attempt.task_token == task_token:  # this Run task already launched (a retried invocation)
+            update_job(store, job_id, _count_attempt(attempt.attempt, now))
+            return _launched(attempt)
+    # A new Run task means every earlier one is over: an attempt still open belongs to a Run that
+    # Step Functions retried with a new token. Close it and stop paying for its instance.
+    stale = [a for a in attempts if a.outcome is None]
+    for attempt in stale:
+        store.put_attempt(close_attempt(attempt, AttemptOutcome.LOST, now, pointer))
+    stale_instances = [a.instance_id for a in stale if a.instance_id is not None]
+    if stale_instances:
+        compute.terminate(stale_instances)
+    number = max([job.attempts, *(a.attempt for a in attempts)]) + 1
+    blocked = active_blocks(store.blocked_pools(now), now) - {job.preferred_pool}
+    refusals: list[str] = []
+    for planned in job.placement:
+        pool = planned.pool
+        subnet = context.subnets.get(pool.availability_zone)
+        if subnet is None or pool in blocked:
+            continue
+        request = LaunchRequestModel(
+            job_id=job_id,
+            job_name=job.spec.name,
+            attempt=number,
+            pool=pool,
+            subnet_id=subnet,
+            max_price=job.spec.limits.max_price_per_hour if pool.market is Market.SPOT else None,
+            client_token=client_token(job_id, number, planned),
+        )
+        try:
+            instance_id = compute.launch(request)
+        except LaunchRefused as refused:
+            refusals.append(f"{pool}: {refused.code}")
+            store.block_pool(
+                BlockedPool(
+                    pool=pool,
+                    until=now + timedelta(minutes=REFUSED_POOL_BLOCK_MINUTES),
+                    reason=f"launch refused: {refused.code}",
+                )
+            )
+            continue
+        attempt = Attempt(
+            job_id=job_id,
+            attempt=number,
+            pool=pool,
+            hourly_price=planned.hourly_price,
+            instance_id=instance_id,
+            started_at=now,
+            task_token=task_token,
+            relative_speed=planned.relative_speed,
+            work_done_hours_at_start=pointer.work_done_hours if pointer is not None else job.work_done_hours,
+        )
+        store.put_attempt(attempt)
+        store.put_instance_ref(InstanceRef(instance_id=instance_id, job_id=job_id, attempt=number))
+        update_job(store, job_id, _count_attempt(number, now))
+        return _launched(attempt)
+    tried = "; ".join(refusals) or "no ranked pool is usable now (blocked, or no subnet in its zone)"
+    raise InsufficientInstanceCapacity(f"every ranked pool refused: {tried}")
+
+
+def _count_attempt(number: int, now: datetime) -> Callable[[Job], None]:
+    def change(job: Job) -> None:
+        if job.attempts < number:
+            job.attempts = number
+            job.preferred_pool = None
+            job.updated_at = now
+
+    return change
+
+
+def _launched(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "instance_id": attempt.instance_id,
+        "attempt": attempt.attempt,
+        "instance_type": attempt.pool.instance_type,
+        "availability_zone": attempt.pool.availability_zone,
+        "market": str(attempt.pool.market),
+        "hourly_price": attempt.hourly_price,
+    }
+
+
+# ------------------------------------------------------------------------------------------- Recover
+
+_ERROR_KINDS: dict[str, EndKind] = {
+    "SpotInterrupted": EndKind.SPOT_INTERRUPTED,
+    "InstanceLost": EndKind.INSTANCE_LOST,
+    "JobFailed": EndKind.JOB_FAILED,
+    "States.HeartbeatTimeout": EndKind.HEARTBEAT_TIMEOUT,
+    "States.Timeout": EndKind.HEARTBEAT_TIMEOUT,
+}
+
+
+def end_kind(error_name: str) -> EndKind:
+    """The state machine's error name as an EndKind; anything unknown counts as a lost instance."""
+    return _ERROR_KINDS.get(error_name, EndKind.INSTANCE_LOST)
+
+
+def _cause(error: Mapping[str, Any]) -> dict[str, Any]:
+    raw = error.get("Cause")
+    if not isinstance(raw, str):
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        return {"message": raw}
+    return parsed if isinstance(parsed, dict) else {"message": raw}
+
+
+def recover_step(
+    job_id: str, error: Mapping[str, Any], *, store: JobStore, compute: Compute, clock: Clock
+) -> StepResult:
+    """Close the lost attempt (terminating its instance, if it still runs), account its cost and lost
+    work, and ask the job's recovery strategy what next: relaunch (back to Place, with the lost pool
+    blocked or preferred) or fail."""
+    now = clock.now()
+    kind = end_kind(str(error.get("Error", "")))
+    cause = _cause(error)
+    job, _ = store.get_job(job_id)
+    attempts = store.attempts(job_id)
+    current = next((a for a in attempts if a.attempt == job.attempts), None)
+    if current is None:
+        return StepResult(action="fail", error=str(error.get("Error", "Unknown")), cause=str(error.get("Cause", "")))
+    if job.last_recovered_attempt >= current.attempt and job.last_recovery is not None:
+        return StepResult.model_validate(job.last_recovery)  # a retried invocation: same answer
+    pointer = store.get_checkpoint(job_id)
+    if (
+        kind is EndKind.SPOT_INTERRUPTED
+        and current.interrupted_at is not None
+        and (pointer is None or pointer.attempt < current.attempt)
+        and (now - current.interrupted_at).total_seconds() < FINAL_CHECKPOINT_WAIT_SECONDS
+    ):
+        return StepResult(action="wait_checkpoint", wait_seconds=FINAL_CHECKPOINT_POLL_SECONDS)
+
+    closed = close_attempt(current, kind.outcome, now, pointer)
+    if current.instance_id is not None:
+        compute.terminate([current.instance_id])  # a failed job's or a silent instance's: stop the bill
+    if current.outcome is None:
+        store.put_attempt(closed)
+        if current.pool.market is Market.SPOT:  # the interruption statistics are of spot pools
+            interrupted = kind.is_interruption and current.interrupted_at is None  # ec2_events counted warnings
+            store.record_pool_usage(current.pool, closed.runtime_hours(now), int(interrupted))
+    ended = [closed if a.attempt == current.attempt else a for a in attempts]
+    exit_code = cause.get("exit_code")
+    event = AttemptEnded(
+        kind=kind,
+        pool=current.pool,
+        at=now,
+        attempt=current.attempt,
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+    )
+
+    def change(fresh: Job) -> StepResult:
+        if fresh.last_recovered_attempt >= current.attempt and fresh.last_recovery is not None:
+            return StepResult.model_validate(fresh.last_recovery)
+        account(fresh, ended, pointer, now)
+        action = decide_recovery(fresh, ended, event)
+        if isinstance(action, Fail):
+            result = StepResult(action="fail", error=action.error, cause=action.reason)
+        else:
+            fresh.interruptions += int(action.counts_interruption)
+            fresh.restarts += int(action.counts_restart)
+            fresh.preferred_pool = action.prefer
+            if fresh.state in {JobState.LAUNCHING, JobState.RUNNING}:
+                fresh.state = ensure_transition(fresh.state, JobState.RECOVERING)
+            result = StepResult(action="relaunch", cause=action.reason)
+            for block in action.block:
+                store.block_pool(block)
+        fresh.last_recovered_attempt = current.attempt
+        fresh.last_recovery = result.payload()
+        fresh.updated_at = now
+        return result
+
+    _, result = update_job(store, job_id, change)
+    return result
+
+
+def account(job: Job, attempts: Sequence[Attempt], pointer: CheckpointPointer | None, now: datetime) -> None:
+    """Derive the job's cost, lost work and progress from its ended attempts and checkpoint pointer
+    (derived, not accumulated, so that a retried step cannot count anything twice)."""
+    ended = [a for a in attempts if a.outcome is not None]
+    job.cost_usd = sum(a.cost(now) for a in ended)
+    job.lost_work_hours = sum(a.lost_work_hours for a in ended)
+    if pointer is not None:
+        job.work_done_hours = max(job.work_done_hours, pointer.work_done_hours)
+
+
+def close_attempt(
+    attempt: Attempt, outcome: AttemptOutcome, now: datetime, pointer: CheckpointPointer | None
+) -> Attempt:
+    """The attempt, ended at `now` (or as it already was), with its lost work accounted: progress
+    made since the instance was running, less what the checkpoints of this attempt preserved."""
+    if attempt.outcome is not None:
+        return attempt
+    ran_from = attempt.running_at or attempt.started_at
+    progress = max(0.0, (now - ran_from).total_seconds() / 3600) * attempt.relative_speed
+    saved = 0.0
+    if pointer is not None and pointer.attempt == attempt.attempt:
+        saved = max(0.0, pointer.work_done_hours - attempt.work_done_hours_at_start)
+    lost = 0.0 if outcome is AttemptOutcome.SUCCEEDED else max(0.0, progress - saved)
+    return attempt.model_copy(update={"outcome": outcome, "ended_at": now, "lost_work_hours": lost})
+
+
+# ------------------------------------------------------------------------------------------ Finalize
+
+_FINAL_STATES = {
+    "SUCCEEDED": (JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED),
+    "FAILED": (JobState.FAILED, AttemptOutcome.FAILED),
+    "CANCELLED": (JobState.CANCELLED, AttemptOutcome.CANCELLED),
+}
+
+
+class JobSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    state: JobState
+    attempts: int
+    interruptions: int
+    cost_usd: float
+    on_demand_cost_usd: float
+    lost_work_hours: float
+    failure_reason: str | None
+
+
+def finalize_step(
+    job_id: str,
+    final: Mapping[str, Any],
+    *,
+    store: JobStore,
+    compute: Compute,
+    clock: Clock,
+    wakeup: Wakeup,
+) -> JobSummary:
+    """End the job: close and terminate its live attempt, total its cost, record the final state
+    (a job already ended keeps its state: a cancel wins over a late failure), wake the dispatcher."""
+    now = clock.now()
+    state, outcome = _FINAL_STATES.get(str(final.get("outcome")), _FINAL_STATES["FAILED"])
+    error = final.get("error") if isinstance(final.get("error"), Mapping) else {}
+    assert isinstance(error, Mapping)
+    attempts = store.attempts(job_id)
+    pointer = store.get_checkpoint(job_id)
+    ended: list[Attempt] = []
+    for attempt in attempts:
+        if attempt.outcome is None:
+            attempt = close_attempt(attempt, outcome, now, pointer)
+            store.put_attempt(attempt)
+            if attempt.pool.market is Market.SPOT:
+                store.record_pool_usage(attempt.pool, attempt.runtime_hours(now), 0)
+        ended.append(attempt)
+    instance_ids = [a.instance_id for a in attempts if a.instance_id is not None]
+    if instance_ids:
+        compute.terminate(instance_ids)
+
+    def change(fresh: Job) -> None:
+        account(fresh, ended, pointer, now)
+        if fresh.state.is_terminal:
+            return
+        fresh.state = ensure_transition(_via_running(fresh.state, state), state)
+        if state is JobState.SUCCEEDED and fresh.spec.work_hours is not None:
+            fresh.work_done_hours = fresh.spec.work_hours
+        if state is not JobState.SUCCEEDED:
+            fresh.failure_reason = _reason(error, fresh.failure_reason)
+        fresh.ended_at = fresh.updated_at = now
+
+    job, _ = update_job(store, job_id, change)
+    wakeup.wake_dispatcher(f"job {job_id} ended {job.state}")
+    return summarize(job, ended, now)
+
+
+def _via_running(current: JobState, target: JobState) -> JobState:
+    """SUCCEEDED is reached from RUNNING only; a job whose agent reported success before the
+    instance's `running` event was processed is RUNNING by then."""
+    if target is JobState.SUCCEEDED and current is JobState.LAUNCHING:
+        return ensure_transition(current, JobState.RUNNING)
+    return current
+
+
+def _reason(error: Mapping[str, Any], existing: str | None) -> str:
+    name = str(error.get("Error") or ERROR_JOB_FAILED)
+    cause = error.get("Cause")
+    text = cause if isinstance(cause, str) else ""
+    return existing or (f"{name}: {text}" if text else name)
+
+
+def summarize(job: Job, attempts: Sequence[Attempt], now: datetime) -> JobSummary:
+    on_demand = 0.0
+    for attempt in attempts:
+        price = INSTANCE_TYPES.get(attempt.pool.instance_type)
+        if price is not None and price.on_demand_usd_per_hour is not None:
+            on_demand += price.on_demand_usd_per_hour * attempt.runtime_hours(now)
+    return JobSummary(
+        job_id=job.job_id,
+        state=job.state,
+        attempts=job.attempts,
+        interruptions=job.interruptions,
+        cost_usd=round(job.cost_usd, 6),
+        on_demand_cost_usd=round(on_demand, 6),
+        lost_work_hours=round(job.lost_work_hours, 6),
+        failure_reason=job.failure_reason,
+    )

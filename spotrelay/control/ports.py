@@ -1,0 +1,192 @@
+"""Ports: what the control-plane core needs from the outside world, as typing.Protocols.
+
+`spotrelay.aws` implements them with boto3 (DynamoDB, EC2, Step Functions, SQS, Lambda);
+tests use in-memory fakes (`tests/fakes.py`) that can also inject faults. Every method that writes
+is idempotent or conditional, because every caller may run twice for one event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from spotrelay.models import Attempt, Job, Pool, PriceQuote
+from spotrelay.policy import BlockedPool, PoolObservation
+
+
+class ConflictError(Exception):
+    """A conditional write lost: the record changed since it was read (retry from a fresh read)."""
+
+
+class NotFoundError(Exception):
+    pass
+
+
+class CheckpointPointer(BaseModel):
+    """The latest complete checkpoint of a job; it only ever moves forward in (attempt, seq) order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    attempt: int
+    seq: int
+    manifest_key: str
+    work_done_hours: float
+    committed_at: AwareDatetime
+
+
+class InstanceRef(BaseModel):
+    """Which job attempt an EC2 instance belongs to (written by launch, read by ec2_events)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instance_id: str
+    job_id: str
+    attempt: int
+
+
+class JobStore(Protocol):
+    """The DynamoDB table. Writes of a Job are conditional on `expected_version` (optimistic locking)."""
+
+    def create_job(self, job: Job) -> bool:
+        """Insert; False (and no change) if a job with this id exists already."""
+
+    def get_job(self, job_id: str) -> tuple[Job, int]:
+        """The job and its version. Raises NotFoundError."""
+
+    def put_job(self, job: Job, expected_version: int) -> int:
+        """Replace the job if its version is still `expected_version`; returns the new version.
+        Raises ConflictError otherwise. Keeps the queued/active indexes in step with `job.state`."""
+
+    def queued_jobs(self, limit: int) -> list[Job]:
+        """QUEUED jobs, highest priority first, then oldest first."""
+
+    def active_jobs(self) -> list[Job]:
+        """Admitted jobs that are not in a terminal state."""
+
+    def put_attempt(self, attempt: Attempt) -> None:
+        """Insert or replace attempt (job_id, attempt)."""
+
+    def get_attempt(self, job_id: str, attempt: int) -> Attempt:
+        """Raises NotFoundError."""
+
+    def attempts(self, job_id: str) -> list[Attempt]:
+        """All attempts of a job, in attempt order."""
+
+    def put_instance_ref(self, ref: InstanceRef) -> None: ...
+
+    def get_instance_ref(self, instance_id: str) -> InstanceRef | None: ...
+
+    def block_pool(self, block: BlockedPool) -> None:
+        """Remember a pool as unavailable until `block.until` (stored with a TTL)."""
+
+    def blocked_pools(self, now: datetime) -> list[BlockedPool]:
+        """Blocks still in force at `now`."""
+
+    def record_pool_usage(self, pool: Pool, instance_hours: float, interruptions: int) -> None:
+        """Add to the pool's observed instance-hours and interruptions (atomic counters)."""
+
+    def pool_observations(self) -> dict[str, PoolObservation]:
+        """offering 'type:az' -> what we observed there."""
+
+    def advance_checkpoint(self, pointer: CheckpointPointer) -> bool:
+        """Move the job's pointer to `pointer` if it is newer in (attempt, seq); False if not."""
+
+    def get_checkpoint(self, job_id: str) -> CheckpointPointer | None: ...
+
+
+class LaunchRequest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    job_name: str
+    attempt: int
+    pool: Pool
+    subnet_id: str
+    max_price: float | None  # spot only: the job's cap
+    client_token: str  # EC2 idempotency token: the same (job, attempt, pool) never launches twice
+
+
+class LaunchRefused(Exception):
+    """EC2 would not give us this pool now (InsufficientInstanceCapacity, price above the cap, ...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class InstanceState(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    instance_id: str
+    state: str  # pending | running | stopping | stopped | shutting-down | terminated
+    tags: dict[str, str]
+    launched_at: AwareDatetime | None = None
+
+
+class Compute(Protocol):
+    """EC2."""
+
+    def spot_prices(self, instance_types: Sequence[str], zones: Sequence[str], now: datetime) -> list[PriceQuote]:
+        """Current Linux spot price per (type, zone) among those asked for (DescribeSpotPriceHistory)."""
+
+    def launch(self, request: LaunchRequest) -> str:
+        """Start one instance; returns its id. Raises LaunchRefused when the pool cannot serve now."""
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Terminate; instances already gone are not an error."""
+
+    def managed_instances(self) -> list[InstanceState]:
+        """Every instance tagged spotrelay:managed that is not terminated."""
+
+    def instance_states(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        """instance id -> state; ids EC2 no longer knows are absent."""
+
+
+class Workflow(Protocol):
+    """Step Functions: the JobLifecycle executions and their task tokens."""
+
+    def start(self, job_id: str, payload: dict[str, object]) -> bool:
+        """Start the execution named `job_id`; False if it exists already (idempotent)."""
+
+    def succeed_task(self, task_token: str, output: dict[str, object]) -> bool:
+        """False if the token is no longer open (already closed, timed out)."""
+
+    def fail_task(self, task_token: str, error: str, cause: str) -> bool:
+        """False if the token is no longer open."""
+
+    def status(self, job_id: str) -> str | None:
+        """RUNNING | SUCCEEDED | FAILED | TIMED_OUT | ABORTED, or None if there is no execution."""
+
+    def stop(self, job_id: str, cause: str) -> None: ...
+
+
+class QueueMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    message_id: str
+    receipt_handle: str
+    body: str
+
+
+class JobQueue(Protocol):
+    """The SQS job queue and its dead-letter queue."""
+
+    def receive(self, max_messages: int) -> list[QueueMessage]: ...
+
+    def delete(self, message: QueueMessage) -> None: ...
+
+    def dead_letter(self, message: QueueMessage, reason: str) -> None:
+        """Keep the message in the DLQ (with `reason` as an attribute), then delete it from the queue."""
+
+
+class Wakeup(Protocol):
+    def wake_dispatcher(self, reason: str) -> None:
+        """Ask the dispatcher to run soon (asynchronously); best effort, the schedule is the safety net."""
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...

@@ -1,0 +1,222 @@
+"""The dispatcher: queue messages become job records, then queued jobs are admitted and their executions start."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from control_builders import HEARTBEAT_SECONDS, World, limits, spec_dict
+from fakes import FakeWorkflow
+
+from spotrelay.models import JobState
+
+NO_ROOM = limits(max_concurrent_jobs=0)
+
+
+def send(world: World, **spec_fields: Any) -> str:
+    """Send a job spec as `aws sqs send-message` would; returns the message id."""
+    return world.queue.send(json.dumps(spec_dict(**spec_fields))).message_id
+
+
+# --- intake ---------------------------------------------------------------------------------------------
+
+
+def test_a_valid_message_becomes_a_queued_job_and_is_deleted_from_the_queue() -> None:
+    # Given a valid job spec on the queue, and no room to admit it yet
+    world = World()
+    send(world, name="resnet")
+    # When the dispatcher runs
+    report = world.dispatch(NO_ROOM)
+    # Then the job is recorded as QUEUED under "<name>-<message id>", and the message is gone, not dead-lettered
+    assert report.accepted == ["resnet-msg1"]
+    job = world.job("resnet-msg1")
+    assert job.state is JobState.QUEUED
+    assert job.spec.name == "resnet"
+    assert job.submitted_at == world.clock.now()
+    assert world.queue.messages == []
+    assert world.queue.dlq == []
+    assert report.held == {"resnet-msg1": "max_concurrent_jobs 0 reached"}
+
+
+def test_a_message_redelivered_after_a_failed_delete_does_not_create_a_second_job() -> None:
+    # Given a message whose delete failed after its job was recorded (so SQS delivers it again)
+    world = World()
+    send(world)
+    world.queue.fail_next["delete"] = RuntimeError("SQS throttled the delete")
+    with pytest.raises(RuntimeError):
+        world.dispatch(NO_ROOM)
+    world.queue.redeliver()
+    # When the dispatcher runs again
+    report = world.dispatch(NO_ROOM)
+    # Then there is still one job, and this time the message is deleted
+    assert report.received == 1
+    assert list(world.store.jobs) == ["train-msg1"]
+    assert world.queue.messages == []
+
+
+def test_a_duplicate_delivery_of_an_admitted_jobs_message_neither_resets_nor_duplicates_it() -> None:
+    # Given a job admitted from a message
+    world = World()
+    message = world.queue.send(json.dumps(spec_dict()))
+    world.dispatch()
+    # When SQS delivers that message once more (at-least-once delivery)
+    world.queue.messages.append(message)
+    report = world.dispatch()
+    # Then the one job stays PLACING with its one execution, and the duplicate is deleted
+    assert list(world.store.jobs) == ["train-msg1"]
+    assert world.job("train-msg1").state is JobState.PLACING
+    assert list(world.workflow.executions) == ["train-msg1"]
+    assert report.admitted == []
+    assert world.queue.messages == []
+
+
+@pytest.mark.parametrize(
+    ("body", "job_id", "names"),
+    [
+        pytest.param("{not json", "invalid-msg1", "line 1: not valid JSON", id="bad-json"),
+        pytest.param(json.dumps(spec_dict(resources={"gpus": 0})), "train-msg1", "resources.gpus", id="zero-gpus"),
+        pytest.param(json.dumps(spec_dict(colour="blue")), "train-msg1", "colour: unknown key", id="unknown-key"),
+        pytest.param(json.dumps(["a", "list"]), "invalid-msg1", "expected a mapping", id="not-a-mapping"),
+    ],
+)
+def test_an_invalid_message_becomes_a_failed_job_naming_the_problem_and_goes_to_the_dlq(
+    body: str, job_id: str, names: str
+) -> None:
+    # Given a message that is not a valid job
+    world = World()
+    world.queue.send(body)
+    # When the dispatcher runs
+    report = world.dispatch()
+    # Then a FAILED job records why, naming the field, and the message is kept in the DLQ with that reason
+    assert report.rejected == [job_id]
+    job = world.job(job_id)
+    assert job.state is JobState.FAILED
+    assert job.failure_reason is not None
+    assert job.failure_reason.startswith("InvalidJob: ")
+    assert names in job.failure_reason
+    assert job.ended_at == world.clock.now()
+    assert [(d.message.body, d.reason) for d in world.queue.dlq] == [
+        (body, job.failure_reason.removeprefix("InvalidJob: "))
+    ]
+    assert world.queue.messages == []
+    # And nothing was started for it
+    assert world.workflow.executions == {}
+
+
+def test_a_message_whose_dead_lettering_failed_is_dead_lettered_on_redelivery() -> None:
+    # Given an invalid message whose move to the DLQ failed
+    world = World()
+    world.queue.send("{not json")
+    world.queue.fail_next["dead_letter"] = RuntimeError("SQS unavailable")
+    with pytest.raises(RuntimeError):
+        world.dispatch()
+    assert world.queue.dlq == []
+    world.queue.redeliver()
+    # When the dispatcher runs again
+    world.dispatch()
+    # Then it is in the DLQ now, and there is one FAILED job for it
+    assert [d.message.body for d in world.queue.dlq] == ["{not json"]
+    assert world.queue.messages == []
+    assert list(world.store.jobs) == ["invalid-msg1"]
+
+
+# --- admission ------------------------------------------------------------------------------------------------
+
+
+def test_admission_starts_one_execution_per_admitted_job_named_by_the_job_id_and_marks_it_placing() -> None:
+    # Given two valid jobs on the queue and room for both
+    world = World()
+    send(world, name="first")
+    send(world, name="second")
+    # When the dispatcher runs
+    report = world.dispatch()
+    # Then each has one execution named by its job id, carrying the heartbeat, and is PLACING
+    assert report.admitted == ["first-msg1", "second-msg2"]
+    assert {name: e.payload for name, e in world.workflow.executions.items()} == {
+        "first-msg1": {"job_id": "first-msg1", "heartbeat_seconds": HEARTBEAT_SECONDS},
+        "second-msg2": {"job_id": "second-msg2", "heartbeat_seconds": HEARTBEAT_SECONDS},
+    }
+    assert world.job("first-msg1").state is JobState.PLACING
+    assert world.job("second-msg2").state is JobState.PLACING
+
+
+def test_admission_follows_priority_across_messages() -> None:
+    # Given a normal job and, sent after it, a high-priority one, with room for one
+    world = World()
+    send(world, name="normal")
+    send(world, name="urgent", priority="high")
+    # When the dispatcher runs
+    report = world.dispatch(limits(max_concurrent_jobs=1))
+    # Then the high-priority job starts and the normal one waits
+    assert report.admitted == ["urgent-msg2"]
+    assert world.job("normal-msg1").state is JobState.QUEUED
+    assert list(world.workflow.executions) == ["urgent-msg2"]
+
+
+def test_dispatching_twice_does_not_admit_or_start_a_job_twice() -> None:
+    # Given a job admitted by one dispatcher run
+    world = World()
+    send(world)
+    world.dispatch()
+    # When the dispatcher runs again (the schedule, another alarm)
+    report = world.dispatch()
+    # Then nothing more is admitted or started, and the job is still PLACING
+    assert report.admitted == []
+    assert list(world.workflow.executions) == ["train-msg1"]
+    assert world.job("train-msg1").state is JobState.PLACING
+
+
+def test_a_job_still_queued_after_its_execution_started_is_marked_placing_on_the_next_run() -> None:
+    # Given a dispatcher that crashed between starting a job's execution and marking the job PLACING
+    world = World()
+    send(world)
+    world.store.fail_next["put_job"] = RuntimeError("Lambda timed out")
+    with pytest.raises(RuntimeError):
+        world.dispatch()
+    assert world.job("train-msg1").state is JobState.QUEUED
+    assert list(world.workflow.executions) == ["train-msg1"]
+    # When the dispatcher runs again
+    report = world.dispatch()
+    # Then the job is PLACING, still with its single execution
+    assert report.admitted == ["train-msg1"]
+    assert world.job("train-msg1").state is JobState.PLACING
+    assert list(world.workflow.executions) == ["train-msg1"]
+
+
+class UserCancelsDuringStart(FakeWorkflow):
+    """The user's `spotrelay cancel` lands while the dispatcher is starting the job's execution."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__()
+        self.world = world
+
+    def start(self, job_id: str, payload: dict[str, object]) -> bool:
+        started = super().start(job_id, payload)
+        self.world.cancel(job_id)
+        return started
+
+
+def test_a_job_cancelled_while_its_execution_starts_stays_cancelled() -> None:
+    # Given a queued job, and a cancel arriving while the dispatcher starts its execution
+    world = World()
+    send(world)
+    world.workflow = UserCancelsDuringStart(world)
+    # When the dispatcher admits it
+    world.dispatch()
+    # Then the job stays CANCELLED (admission does not overwrite it with PLACING)
+    assert world.job("train-msg1").state is JobState.CANCELLED
+
+
+def test_a_job_admission_can_never_start_fails_as_unschedulable_without_an_execution() -> None:
+    # Given a job that needs H100s on a deployment that allows g families only
+    world = World()
+    send(world, resources={"gpus": 1, "gpu_models": ["H100"]})
+    # When the dispatcher runs
+    report = world.dispatch(limits(allowed_families=("g5", "g6")))
+    # Then the job is FAILED, saying no allowed family fits it, and no execution starts
+    assert report.failed == ["train-msg1"]
+    job = world.job("train-msg1")
+    assert job.state is JobState.FAILED
+    assert job.failure_reason == "Unschedulable: no instance type of the allowed GPU families (g5, g6) fits resources"
+    assert world.workflow.executions == {}

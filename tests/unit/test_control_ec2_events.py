@@ -1,0 +1,251 @@
+"""EC2 events (recorded in events/recorded/): interruption warnings, rebalance recommendations, state changes.
+
+They arrive at least once and out of order; each is fenced by the attempt its instance belongs to."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from control_builders import BLOCK_MINUTES, CHEAPEST, World, error, recorded_event
+
+from spotrelay.control.ec2_events import Ec2Event, MalformedEvent
+from spotrelay.models import JobState, Pool
+
+WARNING = "spot-interruption-warning.json"
+TERMINATED = "instance-state-change-terminated.json"
+
+
+def event(events_dir: Path, name: str, world: World, number: int = 1) -> Ec2Event:
+    """The recorded event `name`, about the instance of the job's attempt `number`."""
+    return recorded_event(events_dir, name, instance_id=world.attempt(number=number).instance_id)
+
+
+def blocked_at(world: World, when: Ec2Event) -> dict[Pool, datetime]:
+    return {b.pool: b.until for b in world.store.blocked_pools(when.time)}
+
+
+# --- interruption warning -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [WARNING, "spot-interruption-warning-az-arn.json"])
+def test_an_interruption_warning_marks_the_attempt_blocks_the_pool_and_fails_the_run_task(
+    events_dir: Path, name: str
+) -> None:
+    # Given a job running on its first instance
+    world = World()
+    world.running()
+    warning = event(events_dir, name, world)
+    # When the two-minute warning for that instance arrives
+    outcome = world.handle(warning)
+    # Then the attempt is marked interrupted, the pool is blocked and counted as interrupted once
+    assert world.attempt().interrupted_at == warning.time
+    assert blocked_at(world, warning) == {CHEAPEST: warning.time + timedelta(minutes=BLOCK_MINUTES)}
+    assert world.store.pool_observations()[CHEAPEST.offering].interruptions == 1
+    # And the Run task fails with SpotInterrupted, naming the instance and the attempt
+    [result] = world.workflow.task_results
+    assert (result.task_token, result.error) == ("token-1", "SpotInterrupted")
+    assert result.cause is not None
+    cause = json.loads(result.cause)
+    assert (cause["instance_id"], cause["attempt"]) == (world.attempt().instance_id, 1)
+    assert (outcome.action, outcome.job_id, outcome.attempt, outcome.reason) == ("interrupt", "train-1", 1, "")
+
+
+def test_the_same_warning_twice_fails_the_task_once_and_counts_one_interruption(events_dir: Path) -> None:
+    # Given a warning already handled
+    world = World()
+    world.running()
+    warning = event(events_dir, WARNING, world)
+    world.handle(warning)
+    # When EventBridge delivers it again
+    outcome = world.handle(warning)
+    # Then the task is not failed again, and the pool shows one interruption
+    assert outcome.reason == "task already closed"
+    assert world.fail_results("token-1") == ["SpotInterrupted"]
+    assert world.store.pool_observations()[CHEAPEST.offering].interruptions == 1
+    assert world.attempt().interrupted_at == warning.time
+
+
+def test_a_warning_for_an_earlier_attempts_instance_is_ignored(events_dir: Path) -> None:
+    # Given a job on its second attempt (the first instance was lost and the job relaunched elsewhere)
+    world = World()
+    world.running()
+    first_instance_warning = event(events_dir, WARNING, world, number=1)
+    world.advance(hours=1)
+    world.recover(failure=error("InstanceLost"))
+    second = world.relaunched(token="token-2")
+    # When a late warning for the first instance arrives
+    outcome = world.handle(first_instance_warning)
+    # Then it is ignored: the second attempt is not interrupted, its pool not blocked, its task not failed
+    assert outcome.action == "ignore"
+    assert outcome.reason == "stale: attempt 1, the job is on attempt 2"
+    assert world.attempt(number=2).interrupted_at is None
+    assert second.pool not in blocked_at(world, first_instance_warning)
+    assert world.fail_results("token-2") == []
+
+
+def test_a_warning_for_an_instance_spotrelay_does_not_know_is_ignored(events_dir: Path) -> None:
+    # Given a running job, and a warning for someone else's instance
+    world = World()
+    world.running()
+    warning = recorded_event(events_dir, WARNING)  # its placeholder instance id
+    # When it arrives
+    outcome = world.handle(warning)
+    # Then nothing is blocked or failed
+    assert (outcome.action, outcome.reason) == ("ignore", "not a spotrelay instance")
+    assert world.store.blocked_pools(warning.time) == []
+    assert world.workflow.task_results == []
+
+
+# --- state changes ----------------------------------------------------------------------------------------------
+
+
+def test_the_running_state_change_marks_the_job_running(events_dir: Path) -> None:
+    # Given a launched job
+    world = World()
+    world.launched()
+    running = event(events_dir, "instance-state-change-running.json", world)
+    # When its instance reaches `running` (and the event is delivered twice)
+    first = world.handle(running)
+    second = world.handle(running)
+    # Then the job is RUNNING since the event's time, and the second delivery changes nothing
+    assert world.job().state is JobState.RUNNING
+    assert world.attempt().running_at == running.time
+    assert first.action == "running"
+    assert (second.action, second.reason) == ("ignore", "already running")
+
+
+def test_the_pending_state_change_changes_nothing(events_dir: Path) -> None:
+    world = World()
+    world.launched()
+    outcome = world.handle(event(events_dir, "instance-state-change-pending.json", world))
+    assert (outcome.action, outcome.reason) == ("ignore", "pending")
+    assert world.job().state is JobState.LAUNCHING
+
+
+@pytest.mark.parametrize("name", [TERMINATED, "instance-state-change-stopping.json"])
+def test_an_instance_that_goes_away_without_a_warning_is_lost(events_dir: Path, name: str) -> None:
+    # Given a running job
+    world = World()
+    world.running()
+    gone = event(events_dir, name, world)
+    # When its instance stops or terminates with no interruption warning
+    outcome = world.handle(gone)
+    # Then the Run task fails with InstanceLost, naming the instance
+    assert outcome.action == "lost"
+    assert world.fail_results("token-1") == ["InstanceLost"]
+    cause = json.loads(str(world.workflow.task_results[0].cause))
+    assert cause["instance_id"] == world.attempt().instance_id
+
+
+def test_termination_after_the_warning_is_already_handled(events_dir: Path) -> None:
+    # Given a warning handled for the running instance
+    world = World()
+    world.running()
+    world.handle(event(events_dir, WARNING, world))
+    # When the instance then terminates
+    outcome = world.handle(event(events_dir, TERMINATED, world))
+    # Then that is ignored: the task failed once, with SpotInterrupted
+    assert outcome.action == "ignore"
+    assert world.fail_results("token-1") == ["SpotInterrupted"]
+
+
+def test_termination_delivered_before_its_warning_is_a_loss_and_the_late_warning_still_blocks_the_pool(
+    events_dir: Path,
+) -> None:
+    # Given a running job whose `terminated` event overtook the interruption warning
+    world = World()
+    world.running()
+    warning = event(events_dir, WARNING, world)
+    lost = world.handle(event(events_dir, TERMINATED, world))
+    # When the warning arrives afterwards
+    late = world.handle(warning)
+    # Then the task failed once, with InstanceLost; the late warning finds it closed, yet blocks and counts the pool
+    assert lost.action == "lost"
+    assert (late.action, late.reason) == ("interrupt", "task already closed")
+    assert world.fail_results("token-1") == ["InstanceLost"]
+    assert CHEAPEST in blocked_at(world, warning)
+    assert world.store.pool_observations()[CHEAPEST.offering].interruptions == 1
+
+
+def test_events_for_a_finished_jobs_instance_are_ignored(events_dir: Path) -> None:
+    # Given a job that succeeded (Finalize terminated its instance)
+    world = World()
+    world.running()
+    world.advance(hours=1)
+    world.finalize(outcome="SUCCEEDED")
+    # When that instance's `terminated` event arrives
+    outcome = world.handle(event(events_dir, TERMINATED, world))
+    # Then it is not taken for a loss
+    assert (outcome.action, outcome.reason) == ("ignore", "job is SUCCEEDED")
+    assert world.workflow.task_results == []
+
+
+# --- rebalance ---------------------------------------------------------------------------------------------------
+
+
+def test_a_rebalance_recommendation_is_noted_once_and_does_not_end_the_attempt(events_dir: Path) -> None:
+    # Given a running job
+    world = World()
+    world.running()
+    first = event(events_dir, "rebalance-recommendation.json", world)
+    later = first.model_copy(update={"time": first.time + timedelta(minutes=5)})
+    # When two rebalance recommendations arrive for its instance
+    noted = world.handle(first)
+    again = world.handle(later)
+    # Then the first is noted on the attempt, the second ignored, and the Run task keeps waiting
+    assert noted.action == "rebalance"
+    assert (again.action, again.reason) == ("ignore", "rebalance recommendation already noted")
+    assert world.attempt().rebalance_at == first.time
+    assert world.workflow.task_results == []
+    assert world.attempt().is_live
+
+
+# --- malformed and unknown ------------------------------------------------------------------------------------------
+
+
+def test_a_warning_without_an_instance_id_is_malformed(events_dir: Path) -> None:
+    # Given the recorded warning that lacks detail.instance-id
+    malformed = recorded_event(events_dir, "malformed-interruption-warning.json")
+    # When it is handled, then MalformedEvent names the event and the missing field
+    with pytest.raises(MalformedEvent, match="instance-id") as raised:
+        World().handle(malformed)
+    assert malformed.id in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "detail_change", "field"),
+    [
+        pytest.param(TERMINATED, {"state": "exploded"}, "state", id="unknown-state"),
+        pytest.param(WARNING, {"instance-action": "reboot"}, "instance-action", id="unknown-action"),
+        pytest.param(TERMINATED, {"instance-id": "not-an-instance"}, "instance-id", id="bad-instance-id"),
+    ],
+)
+def test_a_detail_with_a_bad_value_is_malformed(
+    events_dir: Path, name: str, detail_change: dict[str, str], field: str
+) -> None:
+    # Given a running job, and an event about its instance with one bad value in `detail`
+    world = World()
+    world.running()
+    good = event(events_dir, name, world)
+    bad = good.model_copy(update={"detail": {**good.detail, **detail_change}})
+    # When it is handled, then MalformedEvent names the field, and nothing was done to the job
+    with pytest.raises(MalformedEvent, match=field):
+        world.handle(bad)
+    assert world.workflow.task_results == []
+    assert world.job().state is JobState.RUNNING
+
+
+def test_an_event_of_an_unknown_kind_is_acknowledged_and_ignored(events_dir: Path) -> None:
+    # Given a running job, and an event this handler does not deal with (the queue-depth alarm)
+    world = World()
+    world.running()
+    alarm = recorded_event(events_dir, "alarm-state-change.json")
+    # When it is handled
+    outcome = world.handle(alarm)
+    # Then it is ignored as unknown, and nothing changes
+    assert (outcome.kind, outcome.action) == ("unknown", "ignore")
+    assert outcome.reason == "aws.cloudwatch / CloudWatch Alarm State Change"
+    assert world.workflow.task_results == []

@@ -1,0 +1,559 @@
+"""The JobLifecycle steps: Place, Launch, Recover and Finalize, each run (and re-run) against the fakes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from control_builders import CHEAPEST, SECOND, THIRD, World, error, make_job
+
+from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled
+from spotrelay.control.ports import InstanceRef
+from spotrelay.models import AttemptOutcome, Job, JobState, Pool
+from spotrelay.policy import BlockedPool
+
+
+def planned_pools(world: World, job_id: str = "train-1") -> list[Pool]:
+    return [p.pool for p in world.job(job_id).placement]
+
+
+# =============================================================================================== Place
+
+
+def test_place_ranks_the_allowed_pools_in_the_subnets_zones_cheapest_first_and_moves_to_launching() -> None:
+    # Given an admitted job and spot prices for allowed pools, a cheaper pool in a zone without a subnet,
+    # and a cheaper pool of a family the deployment does not allow
+    world = World()
+    world.admitted()
+    # When Place runs
+    result = world.place()
+    # Then Launch gets the allowed pools cheapest first, with their prices, and the job is LAUNCHING
+    assert result.action == "launch"
+    job = world.job()
+    assert job.state is JobState.LAUNCHING
+    assert [(p.pool, p.hourly_price) for p in job.placement] == [(CHEAPEST, 0.35), (SECOND, 0.40), (THIRD, 0.45)]
+
+
+def test_place_waits_when_every_pool_is_above_the_jobs_price_cap() -> None:
+    # Given a job that pays at most $0.30/h, and every allowed pool costs more
+    world = World()
+    world.admitted(limits={"max_price_per_hour": 0.3})
+    # When Place runs
+    result = world.place()
+    # Then the job WAITs a minute with no plan, remembering since when it waits
+    assert (result.action, result.wait_seconds) == ("wait", 60)
+    job = world.job()
+    assert job.state is JobState.WAITING
+    assert job.placement == ()
+    assert job.waiting_since == world.clock.now()
+
+
+def test_place_backs_off_doubling_the_wait_up_to_fifteen_minutes() -> None:
+    # Given a job no pool can take
+    world = World()
+    world.admitted(limits={"max_price_per_hour": 0.3})
+    waits = []
+    # When Place runs again after each wait
+    for _ in range(7):
+        result = world.place()
+        assert result.action == "wait"
+        waits.append(result.wait_seconds)
+        world.advance(seconds=result.wait_seconds)
+    # Then the waits double from one minute and stop at fifteen
+    assert waits == [60, 120, 240, 480, 900, 900, 900]
+
+
+def test_place_fails_with_no_capacity_once_the_job_has_waited_max_wait_hours() -> None:
+    # Given a job with one hour of patience that has found no pool since T0
+    world = World()
+    world.admitted(limits={"max_price_per_hour": 0.3, "max_wait_hours": 1})
+    world.place()
+    # When Place runs a minute before the hour is up, and again at the hour
+    world.advance(minutes=59)
+    before = world.place()
+    world.advance(minutes=1)
+    after = world.place()
+    # Then it still waits at first, then fails with NoCapacity, saying why
+    assert before.action == "wait"
+    assert (after.action, after.error) == ("fail", "NoCapacity")
+    assert after.cause is not None
+    assert "no feasible pool for 1.0 h (limits.max_wait_hours 1)" in after.cause
+    assert "max_price_per_hour" in after.cause
+
+
+def test_a_job_that_found_a_pool_starts_its_backoff_afresh() -> None:
+    # Given a job that waited twice, then found a pool
+    world = World()
+    world.admitted(limits={"max_price_per_hour": 0.38})
+    world.compute.prices = {("g6.xlarge", "us-east-1a"): 0.40}
+    world.place()
+    world.place()
+    world.compute.prices = {("g6.xlarge", "us-east-1b"): 0.35}
+    assert world.place().action == "launch"
+    # When, later, no pool is feasible again
+    world.compute.prices = {("g6.xlarge", "us-east-1a"): 0.40}
+    result = world.place()
+    # Then the wait starts again at one minute, and the patience counts from now
+    assert (result.action, result.wait_seconds) == ("wait", 60)
+    assert world.job().waiting_since == world.clock.now()
+
+
+@pytest.mark.parametrize(
+    "cancelled",
+    [
+        pytest.param(make_job(state=JobState.PLACING).model_copy(update={"cancel_requested": True}), id="requested"),
+        pytest.param(make_job(state=JobState.CANCELLED), id="cancelled"),
+    ],
+)
+def test_place_for_a_cancelled_job_fails_with_job_cancelled(cancelled: Job) -> None:
+    # Given a job the user cancelled
+    world = World()
+    world.store.create_job(cancelled)
+    # When Place runs
+    result = world.place()
+    # Then it fails with JobCancelled and plans nothing
+    assert (result.action, result.error) == ("fail", "JobCancelled")
+    assert world.job().placement == ()
+
+
+def test_place_skips_a_blocked_pool_until_its_block_lapses() -> None:
+    # Given the cheapest pool blocked for 30 minutes
+    world = World()
+    world.admitted()
+    world.store.block_pool(BlockedPool(pool=CHEAPEST, until=world.clock.now() + timedelta(minutes=30), reason="test"))
+    # When Place runs now, and again once the block has lapsed
+    world.place()
+    while_blocked = planned_pools(world)
+    world.advance(minutes=30)
+    world.place()
+    after_block = planned_pools(world)
+    # Then the blocked pool is left out, then back in first place
+    assert while_blocked == [SECOND, THIRD]
+    assert after_block == [CHEAPEST, SECOND, THIRD]
+
+
+def test_place_puts_the_preferred_pool_first_and_launch_uses_up_the_preference() -> None:
+    # Given recovery asked to try the dearest pool first (same-pool-first)
+    world = World()
+    world.admitted()
+    job, version = world.store.get_job("train-1")
+    world.store.put_job(job.model_copy(update={"preferred_pool": THIRD}), version)
+    # When Place runs
+    world.place()
+    # Then that pool heads the plan, the others follow cheapest first
+    assert planned_pools(world) == [THIRD, CHEAPEST, SECOND]
+    # And once Launch has started the instance there, the preference is used up
+    launched = world.launch(token="token-1")
+    assert (launched["instance_type"], launched["availability_zone"]) == (THIRD.instance_type, THIRD.availability_zone)
+    assert world.job().preferred_pool is None
+
+
+def test_the_preferred_pool_is_exempt_from_the_block_its_own_loss_put_there() -> None:
+    # Given same-pool-first asked for the pool an interruption warning just blocked
+    world = World()
+    world.admitted()
+    world.store.block_pool(BlockedPool(pool=THIRD, until=world.clock.now() + timedelta(hours=1), reason="warning"))
+    job, version = world.store.get_job("train-1")
+    world.store.put_job(job.model_copy(update={"preferred_pool": THIRD}), version)
+    # When Place and Launch run
+    world.place()
+    launched = world.launch(token="token-1")
+    # Then the job goes back to that pool
+    assert planned_pools(world)[0] == THIRD
+    assert launched["instance_type"] == THIRD.instance_type
+
+
+# ============================================================================================== Launch
+
+
+def test_launch_starts_an_instance_in_the_first_planned_pool_and_records_the_attempt() -> None:
+    # Given a placed job with a price cap of $0.50/h
+    world = World()
+    world.admitted(limits={"max_price_per_hour": 0.5})
+    world.place()
+    # When Launch runs for the Run task's token
+    launched = world.launch(token="token-1")
+    # Then one instance is asked for in the cheapest pool's zone and subnet, capped at the job's price
+    [request] = world.compute.launches
+    assert (request.pool, request.subnet_id, request.max_price, request.attempt) == (CHEAPEST, "subnet-bbbb", 0.5, 1)
+    # And attempt 1 records the token, pool, price and instance; the instance points back at the attempt
+    attempt = world.attempt()
+    assert (attempt.task_token, attempt.pool, attempt.hourly_price) == ("token-1", CHEAPEST, 0.35)
+    assert attempt.instance_id == launched["instance_id"]
+    assert attempt.started_at == world.clock.now()
+    assert attempt.is_live
+    assert world.store.get_instance_ref(str(attempt.instance_id)) == InstanceRef(
+        instance_id=str(attempt.instance_id), job_id="train-1", attempt=1
+    )
+    assert world.job().attempts == 1
+    assert launched["attempt"] == 1
+    assert launched["instance_type"] == "g6.xlarge"
+
+
+def test_launch_blocks_a_pool_without_capacity_for_ten_minutes_and_uses_the_next() -> None:
+    # Given a placed job, and no capacity in the cheapest pool
+    world = World()
+    world.admitted()
+    world.place()
+    world.compute.refuse[CHEAPEST] = "InsufficientInstanceCapacity"
+    # When Launch runs
+    world.launch()
+    # Then the instance is in the next pool, and the refusing pool is blocked for ten minutes
+    assert world.attempt().pool == SECOND
+    assert world.blocked() == {CHEAPEST: world.clock.now() + timedelta(minutes=10)}
+    world.advance(minutes=10)
+    assert world.blocked() == {}
+
+
+def test_launch_skips_a_pool_blocked_after_place_planned_it() -> None:
+    # Given a placed job, and then another job's instance interrupted in the cheapest pool
+    world = World()
+    world.admitted()
+    world.place()
+    world.store.block_pool(BlockedPool(pool=CHEAPEST, until=world.clock.now() + timedelta(hours=1), reason="test"))
+    # When Launch runs
+    world.launch()
+    # Then it launches in the next planned pool
+    assert [r.pool for r in world.compute.launches] == [SECOND]
+    assert world.attempt().pool == SECOND
+
+
+def test_launch_raises_insufficient_capacity_when_every_pool_refuses_and_place_then_waits() -> None:
+    # Given a placed job and no capacity anywhere
+    world = World()
+    world.admitted()
+    world.place()
+    for pool in (CHEAPEST, SECOND, THIRD):
+        world.compute.refuse[pool] = "InsufficientInstanceCapacity"
+    # When Launch runs
+    with pytest.raises(InsufficientInstanceCapacity) as refused:
+        world.launch()
+    # Then no attempt is recorded, every refusing pool is named and blocked
+    assert "every ranked pool refused" in str(refused.value)
+    assert str(refused.value).count("InsufficientInstanceCapacity") == 3
+    assert world.store.attempts("train-1") == []
+    assert world.job().attempts == 0
+    assert set(world.blocked()) == {CHEAPEST, SECOND, THIRD}
+    # And the next Place (the state machine's catch) waits instead of retrying the same pools
+    assert world.place().action == "wait"
+
+
+def test_launch_run_twice_with_the_same_token_launches_once() -> None:
+    # Given a job launched for token-1
+    world = World()
+    world.admitted()
+    world.place()
+    first = world.launch(token="token-1")
+    # When Launch runs again with the same token (a retried invocation)
+    second = world.launch(token="token-1")
+    # Then it answers the same attempt, and there is still one instance and one attempt
+    assert second == first
+    assert len(world.compute.instances) == 1
+    assert [a.attempt for a in world.store.attempts("train-1")] == [1]
+    assert world.job().attempts == 1
+
+
+def test_launch_retried_after_a_crash_before_the_attempt_was_recorded_reuses_the_instance() -> None:
+    # Given a Launch that got an instance, then crashed before recording the attempt
+    world = World()
+    world.admitted()
+    world.place()
+    world.store.fail_next["put_attempt"] = RuntimeError("Lambda timed out")
+    with pytest.raises(RuntimeError):
+        world.launch(token="token-1")
+    # When the invocation is retried
+    launched = world.launch(token="token-1")
+    # Then the same instance (EC2 client token) becomes attempt 1: no second instance
+    assert list(world.compute.instances) == [launched["instance_id"]]
+    assert world.attempt().instance_id == launched["instance_id"]
+    assert world.job().attempts == 1
+
+
+def test_launch_retried_after_a_crash_before_the_job_counted_the_attempt_counts_it() -> None:
+    # Given a Launch that recorded attempt 1 and its instance, then crashed before counting it on the job
+    world = World()
+    world.admitted()
+    world.place()
+    world.store.fail_next["put_job"] = RuntimeError("Lambda timed out")
+    with pytest.raises(RuntimeError):
+        world.launch(token="token-1")
+    # When the invocation is retried with the same token, and later that instance is lost
+    world.launch(token="token-1")
+    world.workflow.open_task("token-1")
+    world.advance(hours=1)
+    recovered = world.recover(failure=error("InstanceLost"))
+    # Then the job counts attempt 1, and Recover relaunches it (rather than finding no current attempt and failing)
+    assert (world.job().attempts, recovered.action) == (1, "relaunch")
+
+
+def test_launch_for_a_cancelled_job_raises_job_cancelled_and_starts_nothing() -> None:
+    # Given a placed job the user has just cancelled
+    world = World()
+    world.admitted()
+    world.place()
+    job, version = world.store.get_job("train-1")
+    world.store.put_job(job.model_copy(update={"cancel_requested": True}), version)
+    # When Launch runs
+    with pytest.raises(JobCancelled):
+        world.launch()
+    # Then no instance is started
+    assert world.compute.instances == {}
+
+
+# ============================================================================================= Recover
+
+
+def test_recover_right_after_an_interruption_warning_waits_for_the_final_checkpoint() -> None:
+    # Given a running attempt that got its interruption warning ten seconds ago, and no checkpoint yet
+    world = World()
+    world.running()
+    world.advance(hours=1)
+    world.warned()
+    world.advance(seconds=10)
+    # When Recover runs
+    result = world.recover(failure=error("SpotInterrupted"))
+    # Then it asks to poll again in 15 s, and the attempt and the job are untouched
+    assert (result.action, result.wait_seconds) == ("wait_checkpoint", 15)
+    assert world.attempt().is_live
+    assert world.job().interruptions == 0
+    assert world.blocked() == {}
+
+
+def test_recover_does_not_take_an_earlier_attempts_checkpoint_for_the_final_one() -> None:
+    # Given attempt 2 just warned, while the latest checkpoint is from attempt 1
+    world = World()
+    world.running()
+    world.checkpoint(attempt=1, work_done_hours=0.5)
+    world.advance(hours=1)
+    world.recover(failure=error("InstanceLost"))
+    world.relaunched(token="token-2")
+    world.mark_running(number=2)
+    world.advance(hours=1)
+    world.warned(number=2)
+    # When Recover runs
+    result = world.recover(failure=error("SpotInterrupted"))
+    # Then it still waits for attempt 2's final checkpoint
+    assert result.action == "wait_checkpoint"
+    assert world.attempt(number=2).is_live
+
+
+def test_recover_after_the_final_checkpoint_closes_the_attempt_accounts_it_and_relaunches_elsewhere() -> None:
+    # Given an attempt that ran 115 minutes, was warned, and committed its final checkpoint of 1.5 h of work
+    world = World()
+    world.launched()
+    world.advance(minutes=6)
+    world.mark_running()
+    world.advance(minutes=114)
+    world.warned()
+    world.advance(minutes=1)
+    world.checkpoint(attempt=1, seq=4, work_done_hours=1.5)
+    # When Recover runs
+    result = world.recover(failure=error("SpotInterrupted"))
+    # Then the attempt is closed as INTERRUPTED now, losing the work done since the checkpoint
+    attempt = world.attempt()
+    assert attempt.outcome is AttemptOutcome.INTERRUPTED
+    assert attempt.ended_at == world.clock.now()
+    assert attempt.lost_work_hours == pytest.approx(115 / 60 * attempt.relative_speed - 1.5)
+    # And the job is charged for the 121 minutes it held the instance, counts one interruption, keeps its progress
+    job = world.job()
+    assert job.cost_usd == pytest.approx(0.35 * 121 / 60)
+    assert job.interruptions == 1
+    assert job.work_done_hours == 1.5
+    assert job.lost_work_hours == pytest.approx(attempt.lost_work_hours)
+    assert job.state is JobState.RECOVERING
+    # And the lost pool is blocked for the job's block_minutes (eager-next-pool, the default)
+    assert result.action == "relaunch"
+    assert world.blocked() == {CHEAPEST: world.clock.now() + timedelta(minutes=60)}
+
+
+def test_recover_stops_waiting_for_a_final_checkpoint_after_150_seconds() -> None:
+    # Given an attempt that ran an hour, was warned 150 s ago, and never checkpointed
+    world = World()
+    world.running()
+    world.advance(hours=1)
+    world.warned()
+    world.advance(seconds=150)
+    # When Recover runs
+    result = world.recover(failure=error("SpotInterrupted"))
+    # Then it gives up waiting: everything the attempt did is lost, and the job relaunches
+    assert result.action == "relaunch"
+    attempt = world.attempt()
+    assert attempt.outcome is AttemptOutcome.INTERRUPTED
+    assert attempt.lost_work_hours == pytest.approx((1 + 150 / 3600) * attempt.relative_speed)
+
+
+@pytest.mark.parametrize("error_name", ["InstanceLost", "States.HeartbeatTimeout"])
+def test_recover_from_a_lost_instance_counts_an_interruption_in_the_pool_and_the_job(error_name: str) -> None:
+    # Given an attempt that ran two hours, then its instance vanished without a warning
+    world = World()
+    world.running()
+    world.advance(hours=2)
+    # When Recover runs
+    result = world.recover(failure=error(error_name))
+    # Then the attempt is LOST, the pool's record shows 2 instance-hours and one interruption, and the job relaunches
+    assert world.attempt().outcome is AttemptOutcome.LOST
+    stats = world.store.pool_observations()[CHEAPEST.offering]
+    assert stats.instance_hours == pytest.approx(2.0)
+    assert stats.interruptions == 1
+    assert world.job().interruptions == 1
+    assert result.action == "relaunch"
+
+
+def test_recover_run_twice_gives_the_same_answer_and_counts_once() -> None:
+    # Given a job recovered once from a lost instance
+    world = World()
+    world.running()
+    world.advance(hours=2)
+    first = world.recover(failure=error("InstanceLost"))
+    job_after_first = world.job()
+    attempt_after_first = world.attempt()
+    # When Recover runs again for the same failure, a little later (a retried invocation)
+    world.advance(seconds=30)
+    second = world.recover(failure=error("InstanceLost"))
+    # Then it answers the same, and nothing is counted or charged twice
+    assert second == first
+    assert world.job() == job_after_first
+    assert world.attempt() == attempt_after_first
+    assert world.store.pool_observations()[CHEAPEST.offering].interruptions == 1
+
+
+def test_recover_restarts_failing_user_code_up_to_max_restarts_then_fails() -> None:
+    # Given a job allowed one restart, whose code exits with code 3
+    world = World()
+    world.running(limits={"max_restarts": 1})
+    world.advance(hours=1)
+    # When its first attempt fails
+    first = world.recover(failure=error("JobFailed", exit_code=3))
+    # Then it restarts, without blaming (blocking) the pool or counting an interruption
+    assert first.action == "relaunch"
+    assert world.attempt().outcome is AttemptOutcome.FAILED
+    assert (world.job().restarts, world.job().interruptions) == (1, 0)
+    assert world.blocked() == {}
+    # When the second attempt fails the same way
+    world.relaunched(token="token-2")
+    world.advance(hours=1)
+    second = world.recover(failure=error("JobFailed", exit_code=3))
+    # Then the job fails, saying why
+    assert (second.action, second.error) == ("fail", "JobFailed")
+    assert second.cause is not None
+    assert "exited with code 3 on attempt 2" in second.cause
+    assert "limits.max_restarts is 1" in second.cause
+
+
+def test_recover_fails_with_too_many_interruptions_past_max_interruptions() -> None:
+    # Given a job allowed one interruption, already interrupted once
+    world = World()
+    world.running(limits={"max_interruptions": 1})
+    world.advance(hours=1)
+    assert world.recover(failure=error("InstanceLost")).action == "relaunch"
+    world.relaunched(token="token-2")
+    world.advance(hours=1)
+    # When its second instance is lost too
+    result = world.recover(failure=error("InstanceLost"))
+    # Then the job fails with TooManyInterruptions
+    assert (result.action, result.error) == ("fail", "TooManyInterruptions")
+    assert result.cause == "2 interruptions; limits.max_interruptions is 1"
+
+
+def test_recover_with_same_pool_first_prefers_the_lost_pool_instead_of_blocking_it() -> None:
+    # Given a same-pool-first job whose first instance was lost
+    world = World()
+    world.running(recovery="same-pool-first")
+    world.advance(hours=1)
+    # When Recover runs
+    result = world.recover(failure=error("InstanceLost"))
+    # Then the job relaunches preferring that pool, which stays unblocked
+    assert result.action == "relaunch"
+    assert world.job().preferred_pool == CHEAPEST
+    assert world.blocked() == {}
+
+
+# ============================================================================================ Finalize
+
+
+def test_finalize_succeeded_terminates_the_instance_and_totals_the_cost_of_every_attempt() -> None:
+    # Given a job of 4 h of work that lost its first instance after 2 h ($0.35/h), then ran 3 h on the next
+    # pool ($0.40/h)
+    world = World()
+    world.running(work_hours=4.0)
+    world.advance(hours=2)
+    world.recover(failure=error("InstanceLost"))
+    second = world.relaunched(token="token-2")
+    assert second.pool == SECOND
+    world.advance(hours=3)
+    # When Finalize runs with the Run task's success
+    summary = world.finalize(outcome="SUCCEEDED")
+    # Then the instance is terminated, the attempt closed, and the job SUCCEEDED with both attempts' cost
+    assert world.compute.instances[str(second.instance_id)].state == "terminated"
+    attempt = world.attempt(number=2)
+    assert (attempt.outcome, attempt.ended_at, attempt.lost_work_hours) == (
+        AttemptOutcome.SUCCEEDED,
+        world.clock.now(),
+        0,
+    )
+    job = world.job()
+    assert job.state is JobState.SUCCEEDED
+    assert job.ended_at == world.clock.now()
+    assert job.work_done_hours == 4.0
+    assert job.cost_usd == pytest.approx(0.35 * 2 + 0.40 * 3)
+    assert (summary.state, summary.attempts, summary.interruptions) == (JobState.SUCCEEDED, 2, 1)
+    assert summary.cost_usd == pytest.approx(1.9)
+    assert summary.on_demand_cost_usd == pytest.approx(0.8048 * 5)
+    # And the dispatcher is woken: a slot is free
+    assert world.wakeup.reasons == ["job train-1 ended SUCCEEDED"]
+
+
+def test_finalize_run_twice_changes_nothing_and_does_not_charge_twice() -> None:
+    # Given a job finalized as SUCCEEDED after 3 h at $0.35/h
+    world = World()
+    world.running()
+    world.advance(hours=3)
+    world.finalize(outcome="SUCCEEDED")
+    job, attempts = world.job(), world.store.attempts("train-1")
+    # When Finalize runs again an hour later (a retried invocation)
+    world.advance(hours=1)
+    summary = world.finalize(outcome="SUCCEEDED")
+    # Then the job and its attempts are as they were
+    assert world.job() == job
+    assert world.store.attempts("train-1") == attempts
+    assert summary.cost_usd == pytest.approx(0.35 * 3)
+
+
+def test_finalize_succeeded_while_the_running_event_is_still_on_its_way() -> None:
+    # Given a job whose instance finished the work before its `running` event was processed
+    world = World()
+    world.launched()
+    world.advance(hours=1)
+    # When Finalize runs with success
+    world.finalize(outcome="SUCCEEDED")
+    # Then the job SUCCEEDED
+    assert world.job().state is JobState.SUCCEEDED
+
+
+def test_finalize_failed_records_the_error_the_state_machine_caught() -> None:
+    # Given a job whose Place gave up with NoCapacity, before any launch
+    world = World()
+    world.admitted()
+    # When Finalize runs with that error
+    world.finalize(outcome="FAILED", error={"Error": "NoCapacity", "Cause": "no feasible pool for 24.0 h"})
+    # Then the job FAILED with that reason, and nothing was terminated
+    job = world.job()
+    assert job.state is JobState.FAILED
+    assert job.failure_reason == "NoCapacity: no feasible pool for 24.0 h"
+    assert world.compute.terminated == []
+
+
+@pytest.mark.parametrize("outcome", ["FAILED", "CANCELLED"])
+def test_finalize_after_a_cancel_keeps_the_job_cancelled(outcome: str) -> None:
+    # Given a running job the user cancelled
+    world = World()
+    world.running()
+    world.advance(hours=1)
+    world.cancel()
+    # When the execution finalizes late, with a failure
+    world.finalize(outcome=outcome, error={"Error": "JobCancelled", "Cause": "cancelled by the user"})
+    # Then the job stays CANCELLED, with the cancel's reason
+    job = world.job()
+    assert job.state is JobState.CANCELLED
+    assert job.failure_reason == "JobCancelled: cancelled by the user"
+    assert job.cost_usd == pytest.approx(0.35)

@@ -1,0 +1,303 @@
+"""Deadline-aware market choice (Uniform Progress): spot while the slack allows, on-demand when it must."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spotrelay.models import Market
+from spotrelay.policy import MarketAction, MarketDecision, uniform_progress
+
+
+def decide(**overrides: Any) -> MarketDecision:
+    """Uniform Progress for 10 h of work due in 20 h, idle at t = 0, restart overhead 0.25 h, spot up."""
+    arguments: dict[str, Any] = {
+        "total_work_hours": 10.0,
+        "work_done_hours": 0.0,
+        "deadline_hours": 20.0,
+        "elapsed_hours": 0.0,
+        "on_demand_run_hours": None,
+        "restart_overhead_hours": 0.25,
+        "spot_available": True,
+        "on_demand_allowed": True,
+        "current": None,
+    }
+    arguments.update(overrides)
+    if arguments["on_demand_run_hours"] is None and "on_demand_run_hours" not in overrides:
+        # On an on-demand GPU as fast as the reference one, the remaining run time is the remaining work.
+        arguments["on_demand_run_hours"] = arguments["total_work_hours"] - arguments["work_done_hours"]
+    return uniform_progress(**arguments)
+
+
+@pytest.mark.parametrize(("spot_available", "action"), [(True, MarketAction.SPOT), (False, MarketAction.WAIT)])
+@pytest.mark.parametrize("missing", ["deadline_hours", "total_work_hours"])
+def test_without_a_deadline_or_a_work_estimate_the_job_uses_spot_or_waits(
+    missing: str, spot_available: bool, action: MarketAction
+) -> None:
+    # Given a job far behind any schedule, but with no deadline (or no work estimate to measure it by)
+    overrides: dict[str, Any] = {missing: None, "elapsed_hours": 19.0, "spot_available": spot_available}
+    if missing == "total_work_hours":
+        overrides["on_demand_run_hours"] = 10.0
+    # When the market is chosen
+    decision = decide(**overrides)
+    # Then it is spot when there is spot, else wait — never on-demand
+    assert decision.action is action
+    assert decision.markets == ({Market.SPOT} if action is MarketAction.SPOT else frozenset())
+
+
+def test_no_deadline_reports_no_slack() -> None:
+    # Given no deadline
+    # When the market is chosen
+    decision = decide(deadline_hours=None)
+    # Then there is no slack to speak of
+    assert decision.slack_hours is None
+
+
+def test_the_safety_net_puts_an_idle_job_on_on_demand_even_when_spot_is_available() -> None:
+    # Given 4 h of on-demand run time left, 0.25 h restart overhead, and 4.25 h to the deadline (< 4 + 2 x 0.25)
+    # When the market is chosen while spot is available
+    decision = decide(work_done_hours=6.0, elapsed_hours=15.75, spot_available=True)
+    # Then the safety net chooses on-demand, and the slack is what is left after the on-demand run
+    assert decision.action is MarketAction.ON_DEMAND
+    assert decision.reason.startswith("safety net")
+    assert decision.slack_hours == pytest.approx(0.25)
+    assert decision.markets == {Market.ON_DEMAND}
+
+
+def test_the_safety_net_does_not_fire_with_exactly_two_restarts_of_slack() -> None:
+    # Given 4 h of on-demand run time left and exactly 4 + 2 x 0.25 = 4.5 h to the deadline, ahead of schedule
+    # When the market is chosen with spot available
+    decision = decide(work_done_hours=6.0, elapsed_hours=15.5, spot_available=True)
+    # Then spot is still allowed
+    assert decision.action is MarketAction.SPOT
+
+
+def test_the_safety_net_keeps_a_job_on_on_demand_although_it_is_ahead_of_the_uniform_line() -> None:
+    # Given a job on on-demand, far ahead of the uniform line (9 h done at t = 15 h of 20 h), but with a slow
+    # on-demand GPU: 3 h of run time for the last 1 h of work, and 3.25 h left
+    # When the market is chosen with spot available
+    decision = decide(
+        work_done_hours=9.0,
+        elapsed_hours=16.75,
+        on_demand_run_hours=3.0,
+        current=Market.ON_DEMAND,
+        spot_available=True,
+    )
+    # Then it stays on on-demand until the end
+    assert decision.action is MarketAction.ON_DEMAND
+    assert decision.reason.startswith("safety net")
+
+
+def test_an_idle_job_behind_the_uniform_line_with_no_spot_goes_on_demand() -> None:
+    # Given 4 h done at t = 10 h of a 10 h job due at 20 h: the uniform line is at 5 h
+    # When no spot pool is available
+    decision = decide(work_done_hours=4.0, elapsed_hours=10.0, spot_available=False)
+    # Then it catches up on on-demand
+    assert decision.action is MarketAction.ON_DEMAND
+    assert "behind schedule" in decision.reason
+
+
+@pytest.mark.parametrize("work_done", [5.0, 6.0])
+def test_an_idle_job_on_or_ahead_of_the_uniform_line_with_no_spot_waits(work_done: float) -> None:
+    # Given a job on or ahead of the uniform line (5 h at t = 10 h)
+    # When no spot pool is available
+    decision = decide(work_done_hours=work_done, elapsed_hours=10.0, spot_available=False)
+    # Then it waits for spot
+    assert decision.action is MarketAction.WAIT
+    assert decision.markets == frozenset()
+
+
+def test_spot_is_taken_when_available_even_behind_the_uniform_line() -> None:
+    # Given a job behind the uniform line (4 h done, 5 h expected) but well clear of the safety net
+    # When a spot pool is available
+    decision = decide(work_done_hours=4.0, elapsed_hours=10.0, spot_available=True)
+    # Then it takes the risk and uses spot
+    assert decision.action is MarketAction.SPOT
+    assert decision.slack_hours == pytest.approx(10.0 - 6.0)
+
+
+@pytest.mark.parametrize("spot_available", [True, False])
+def test_a_job_running_on_spot_stays_there_until_preempted(spot_available: bool) -> None:
+    # Given a job running on spot, behind the uniform line
+    # When the market is chosen again (whatever other spot pools look like now)
+    decision = decide(work_done_hours=3.0, elapsed_hours=10.0, current=Market.SPOT, spot_available=spot_available)
+    # Then it stays on spot
+    assert decision.action is MarketAction.SPOT
+    assert "stay until preempted" in decision.reason
+
+
+def test_hysteresis_keeps_a_job_on_on_demand_until_it_is_two_restarts_ahead() -> None:
+    # Given a job on on-demand at t = 10 h with 5.2 h done: ahead of ep(10) = 5 h, short of ep(10.5) = 5.25 h
+    # When the market is chosen with spot available
+    decision = decide(work_done_hours=5.2, elapsed_hours=10.0, current=Market.ON_DEMAND, spot_available=True)
+    # Then it stays on on-demand
+    assert decision.action is MarketAction.ON_DEMAND
+    assert decision.reason.startswith("hysteresis")
+
+
+def test_hysteresis_releases_a_job_to_spot_once_two_restarts_ahead() -> None:
+    # Given a job on on-demand at t = 10 h with exactly ep(10 + 2 x 0.25) = 5.25 h done
+    # When the market is chosen with spot available
+    decision = decide(work_done_hours=5.25, elapsed_hours=10.0, current=Market.ON_DEMAND, spot_available=True)
+    # Then it goes back to spot
+    assert decision.action is MarketAction.SPOT
+    assert "back to spot" in decision.reason
+
+
+def test_hysteresis_keeps_on_demand_when_ahead_but_there_is_no_spot() -> None:
+    # Given a job on on-demand, well ahead (8 h done at t = 10 h)
+    # When no spot pool is available
+    decision = decide(work_done_hours=8.0, elapsed_hours=10.0, current=Market.ON_DEMAND, spot_available=False)
+    # Then it keeps running on on-demand rather than stopping to wait
+    assert decision.action is MarketAction.ON_DEMAND
+
+
+@pytest.mark.parametrize(
+    "situation",
+    [
+        pytest.param({"work_done_hours": 6.0, "elapsed_hours": 15.75}, id="inside-safety-net"),
+        pytest.param({"work_done_hours": 4.0, "elapsed_hours": 10.0}, id="behind-schedule"),
+        pytest.param({"work_done_hours": 5.2, "elapsed_hours": 10.0, "current": Market.ON_DEMAND}, id="hysteresis"),
+        pytest.param({"work_done_hours": 0.0, "elapsed_hours": 25.0}, id="deadline-passed"),
+    ],
+)
+@pytest.mark.parametrize("spot_available", [True, False])
+def test_with_on_demand_fallback_off_the_job_never_goes_on_demand(
+    situation: dict[str, Any], spot_available: bool
+) -> None:
+    # Given a situation where Uniform Progress would pick on-demand, for a job that does not allow it
+    # When the market is chosen
+    decision = decide(on_demand_allowed=False, spot_available=spot_available, **situation)
+    # Then it is spot or wait
+    assert decision.action is (MarketAction.SPOT if spot_available else MarketAction.WAIT)
+    assert "on_demand_fallback is off" in decision.reason
+
+
+def test_with_no_on_demand_type_within_the_cap_the_job_uses_spot_or_waits() -> None:
+    # Given a job behind schedule for which no on-demand type fits within the price cap
+    # When no spot pool is available
+    decision = decide(work_done_hours=0.0, elapsed_hours=15.0, on_demand_run_hours=None, spot_available=False)
+    # Then it can only wait
+    assert decision.action is MarketAction.WAIT
+    assert decision.slack_hours is None
+
+
+# --- a simulated run ---------------------------------------------------------------------------------
+
+TICK_HOURS = 0.1
+
+
+def _run_to_completion(
+    work_ticks: int, deadline_ticks: int, overhead_ticks: int, spot_up: list[bool]
+) -> tuple[int, list[str]]:
+    """Follow `uniform_progress` tick by tick (0.1 h) and return the tick at which the work is done.
+
+    The job runs on a reference-speed GPU on either market; every launch (after a preemption, or a
+    switch of market) costs `overhead_ticks` of no progress; a spot instance is preempted at the start
+    of any tick where spot is down (`spot_up[t]`, down after the list ends); progress is checkpointed
+    continuously. Time is counted in whole ticks so that the deadline check is exact.
+    """
+    done, tick, current, overhead_left = 0, 0, None, 0
+    trace: list[str] = []
+    while done < work_ticks:
+        assert tick <= deadline_ticks + work_ticks + 10 * overhead_ticks + len(spot_up), "the run does not end"
+        up = tick < len(spot_up) and spot_up[tick]
+        if current is Market.SPOT and not up:
+            current, overhead_left = None, 0
+            trace.append(f"t={tick}: preempted")
+        remaining = (work_ticks - done) * TICK_HOURS
+        decision = uniform_progress(
+            total_work_hours=work_ticks * TICK_HOURS,
+            work_done_hours=done * TICK_HOURS,
+            deadline_hours=deadline_ticks * TICK_HOURS,
+            elapsed_hours=tick * TICK_HOURS,
+            on_demand_run_hours=remaining,
+            restart_overhead_hours=overhead_ticks * TICK_HOURS,
+            spot_available=up,
+            on_demand_allowed=True,
+            current=current,
+        )
+        if decision.reason.startswith("safety net") and current is None:
+            # The premise of the guarantee: when the net fires, on-demand can still make it.
+            time_left = deadline_ticks - tick
+            assert time_left >= (work_ticks - done) + overhead_ticks, (trace, decision.reason)
+        if decision.action is MarketAction.WAIT:
+            assert current is None, f"told to wait while running on {current}"
+        else:
+            wanted = Market.SPOT if decision.action is MarketAction.SPOT else Market.ON_DEMAND
+            if wanted is Market.SPOT:
+                assert up or current is Market.SPOT, "placed on spot while no spot pool is up"
+            if wanted is not current:
+                current, overhead_left = wanted, overhead_ticks
+                trace.append(f"t={tick}: launch {wanted} ({decision.reason})")
+        if current is not None:
+            if overhead_left > 0:
+                overhead_left -= 1
+            else:
+                done += 1
+        tick += 1
+    return tick, trace
+
+
+# Spot availability comes in runs (up for a while, then down for a while), as in the traces.
+spot_availability = st.lists(st.tuples(st.booleans(), st.integers(1, 12)), max_size=12).map(
+    lambda runs: [up for up, length in runs for _ in range(length)]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    work_ticks=st.integers(1, 40),
+    overhead_ticks=st.integers(1, 3),
+    extra_slack_ticks=st.integers(0, 3) | st.integers(0, 40),
+    spot_up=spot_availability,
+)
+def test_following_uniform_progress_never_misses_a_reachable_deadline(
+    work_ticks: int, overhead_ticks: int, extra_slack_ticks: int, spot_up: list[bool]
+) -> None:
+    # Given a job whose deadline leaves at least two restart overheads of slack over an on-demand run,
+    # and any pattern of spot availability (down for good once the pattern ends)
+    deadline_ticks = work_ticks + 2 * overhead_ticks + extra_slack_ticks
+    # When the job follows the market decisions tick by tick
+    finished_at, trace = _run_to_completion(work_ticks, deadline_ticks, overhead_ticks, spot_up)
+    # Then it finishes by the deadline
+    assert finished_at <= deadline_ticks, trace
+
+
+def test_trace_spot_then_preempted_ahead_of_schedule_falls_into_the_safety_net() -> None:
+    # Given 2 h of work due at 2.5 h, 0.2 h restarts, spot up for the first 1.2 h and then gone
+    # When the job follows the decisions
+    finished_at, trace = _run_to_completion(work_ticks=20, deadline_ticks=25, overhead_ticks=2, spot_up=[True] * 12)
+    # Then it ran on spot, was preempted ahead of schedule but inside the net, finished on on-demand in time
+    assert trace[0].startswith("t=0: launch spot")
+    assert trace[1] == "t=12: preempted"
+    assert trace[2].startswith("t=12: launch on-demand (safety net")
+    assert len(trace) == 3
+    assert finished_at == 24
+
+
+def test_trace_no_spot_waits_while_on_schedule_then_catches_up_on_on_demand() -> None:
+    # Given 2 h of work due at 4 h and no spot at all
+    # When the job follows the decisions
+    finished_at, trace = _run_to_completion(work_ticks=20, deadline_ticks=40, overhead_ticks=2, spot_up=[])
+    # Then it waits while on the uniform line (t = 0), goes on-demand once behind, and stays there
+    assert len(trace) == 1
+    assert trace[0].startswith("t=1: launch on-demand (no spot and behind schedule")
+    assert finished_at == 1 + 2 + 20
+
+
+def test_trace_on_demand_hands_back_to_spot_once_two_restarts_ahead() -> None:
+    # Given 2 h of work due at 4 h, 0.2 h restarts, no spot for the first 1.2 h and spot from then on
+    spot_up = [False] * 12 + [True] * 100
+    # When the job follows the decisions
+    finished_at, trace = _run_to_completion(work_ticks=20, deadline_ticks=40, overhead_ticks=2, spot_up=spot_up)
+    # Then it catches up on on-demand, and goes back to spot when spot returns with progress past ep(t + 2d)
+    assert trace[0].startswith("t=1: launch on-demand")
+    assert trace[1].startswith("t=12: launch spot")
+    assert "back to spot" in trace[1]
+    assert len(trace) == 2
+    # 9 ticks done on on-demand by t = 12, 2 ticks of restart, 11 ticks of work on spot
+    assert finished_at == 12 + 2 + 11

@@ -1,0 +1,604 @@
+"""Placement: which pool a job goes to, which pools are ruled out and why, and how it explains itself."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, reject, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from spotrelay.catalog import GPU_MODELS, INSTANCE_TYPES, relative_speed
+from spotrelay.models import JobSpec, Market, Pool, PriceQuote, ResourcesSpec, parse_job_spec
+from spotrelay.policy import (
+    DEFAULT_RESTART_OVERHEAD_HOURS,
+    InterruptionModel,
+    MarketAction,
+    Placement,
+    PoolObservation,
+    band_hourly_rate,
+    latest_quotes,
+    place,
+)
+
+ZONE_A = "us-east-1a"
+ZONE_B = "us-east-1b"
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def job_spec(**fields: Any) -> JobSpec:
+    """A 1-GPU job with every other field at its default unless given."""
+    data: dict[str, Any] = {"name": "train", "run": {"command": "python train.py"}, "resources": {"gpus": 1}}
+    data.update(fields)
+    return parse_job_spec(data)
+
+
+def spot_pool(instance_type: str, zone: str = ZONE_A) -> Pool:
+    return Pool(instance_type=instance_type, availability_zone=zone, market=Market.SPOT)
+
+
+def quote(instance_type: str, zone: str, price: float, at: datetime | None = None) -> PriceQuote:
+    return PriceQuote(pool=spot_pool(instance_type, zone), usd_per_hour=price, timestamp=at)
+
+
+def ranked_pools(placement: Placement) -> list[Pool]:
+    return [r.pool for r in placement.ranked]
+
+
+def rejection_of(placement: Placement, pool: Pool) -> tuple[str, str]:
+    matches = [(r.category, r.reason) for r in placement.rejected if r.pool == pool]
+    assert len(matches) == 1, f"{pool} rejected {len(matches)} times: {placement.rejected}"
+    return matches[0]
+
+
+# --- ranking -----------------------------------------------------------------------------------------
+
+
+def test_with_equal_speeds_the_cheapest_hourly_price_wins() -> None:
+    # Given three pools of L4 types (same GPU, same speed, same default Advisor band) at different prices
+    spec = job_spec(work_hours=10)
+    quotes = [
+        quote("g6.2xlarge", ZONE_A, 0.40),
+        quote("g6.xlarge", ZONE_B, 0.35),
+        quote("g6.xlarge", ZONE_A, 0.30),
+    ]
+    # When the job is placed
+    placement = place(spec, quotes)
+    # Then they are ranked by hourly price, cheapest first, all on spot
+    assert ranked_pools(placement) == [
+        spot_pool("g6.xlarge", ZONE_A),
+        spot_pool("g6.xlarge", ZONE_B),
+        spot_pool("g6.2xlarge", ZONE_A),
+    ]
+    assert placement.market.action is MarketAction.SPOT
+    assert placement.rejected == ()
+
+
+def test_expected_cost_to_finish_follows_the_documented_formula() -> None:
+    # Given a 10 h job, an L4 spot pool at $0.30/h and an Advisor band of 2 for that type
+    spec = job_spec(work_hours=10, checkpoint={"interval_minutes": 30})
+    model = InterruptionModel(bands={"g6.xlarge": 2})
+    # When it is placed
+    best = place(spec, [quote("g6.xlarge", ZONE_A, 0.30)], interruptions=model).best
+    # Then cost = price x (run + interruptions x (restart + half a checkpoint interval))
+    assert best is not None
+    run_hours = 10 / GPU_MODELS["L4"].relative_speed
+    interruptions = band_hourly_rate(2) * run_hours
+    expected = 0.30 * (run_hours + interruptions * (DEFAULT_RESTART_OVERHEAD_HOURS + 0.25))
+    assert best.run_hours == pytest.approx(run_hours)
+    assert best.expected_interruptions == pytest.approx(interruptions)
+    assert best.expected_cost_to_finish == pytest.approx(expected)
+
+
+def test_a_faster_gpu_at_a_higher_hourly_price_wins_when_it_finishes_cheaper() -> None:
+    # Given a T4 pool at $0.20/h (19.2 h for 10 h of work) and an L40S pool at $0.50/h (3.5 h)
+    spec = job_spec(work_hours=10)
+    quotes = [quote("g4dn.xlarge", ZONE_A, 0.20), quote("g6e.xlarge", ZONE_A, 0.50)]
+    # When placed on the default objective (cost to finish)
+    placement = place(spec, quotes)
+    # Then the L40S comes first although its hourly price is higher, because it finishes cheaper
+    assert ranked_pools(placement) == [spot_pool("g6e.xlarge"), spot_pool("g4dn.xlarge")]
+    first, second = placement.ranked
+    assert first.hourly_price > second.hourly_price
+    assert first.expected_cost_to_finish < second.expected_cost_to_finish
+
+
+def test_the_hourly_objective_ranks_by_hourly_price_alone() -> None:
+    # Given the same two pools, but a job that asks for the cheapest hourly price
+    spec = job_spec(work_hours=10, placement={"objective": "hourly"})
+    quotes = [quote("g4dn.xlarge", ZONE_A, 0.20), quote("g6e.xlarge", ZONE_A, 0.50)]
+    # When placed
+    placement = place(spec, quotes)
+    # Then the slower but cheaper-per-hour T4 wins
+    assert ranked_pools(placement) == [spot_pool("g4dn.xlarge"), spot_pool("g6e.xlarge")]
+    assert placement.ranked[0].expected_cost_to_finish > placement.ranked[1].expected_cost_to_finish
+
+
+# --- rejections --------------------------------------------------------------------------------------
+
+
+def test_a_pool_above_max_price_per_hour_is_rejected_and_one_at_the_cap_is_not() -> None:
+    # Given a cap of $0.50/h, one pool above it and one exactly at it
+    spec = job_spec(limits={"max_price_per_hour": 0.5})
+    quotes = [quote("g6.xlarge", ZONE_A, 0.51), quote("g6.xlarge", ZONE_B, 0.50)]
+    # When placed
+    placement = place(spec, quotes)
+    # Then the pool above the cap is rejected with a reason that names the cap; the other is ranked
+    assert ranked_pools(placement) == [spot_pool("g6.xlarge", ZONE_B)]
+    category, reason = rejection_of(placement, spot_pool("g6.xlarge", ZONE_A))
+    assert category == "price-cap"
+    assert "max_price_per_hour" in reason
+    assert "0.5100" in reason
+
+
+def test_a_blocked_pool_is_rejected_while_the_same_type_in_another_zone_is_ranked() -> None:
+    # Given the cheapest pool is blocked after a recent loss
+    spec = job_spec()
+    quotes = [quote("g6.xlarge", ZONE_A, 0.30), quote("g6.xlarge", ZONE_B, 0.40)]
+    # When placed
+    placement = place(spec, quotes, blocked=[spot_pool("g6.xlarge", ZONE_A)])
+    # Then the blocked pool is rejected as blocked and the other zone is chosen
+    assert ranked_pools(placement) == [spot_pool("g6.xlarge", ZONE_B)]
+    category, reason = rejection_of(placement, spot_pool("g6.xlarge", ZONE_A))
+    assert category == "blocked"
+    assert "blocked" in reason
+
+
+def test_an_instance_type_not_in_the_catalog_is_rejected() -> None:
+    # Given a quote for a type with no GPU in the catalog
+    spec = job_spec()
+    quotes = [quote("m5.large", ZONE_A, 0.01), quote("g6.xlarge", ZONE_A, 0.30)]
+    # When placed
+    placement = place(spec, quotes)
+    # Then it is rejected as an unknown type, however cheap
+    assert ranked_pools(placement) == [spot_pool("g6.xlarge")]
+    category, reason = rejection_of(placement, spot_pool("m5.large"))
+    assert category == "unknown-type"
+    assert "not a GPU instance type" in reason
+
+
+@pytest.mark.parametrize(
+    ("resources", "misfit_type", "fitting_type", "reason_part"),
+    [
+        pytest.param({"gpus": 1, "gpu_models": ["L4"]}, "g5.xlarge", "g6.xlarge", "A10G not in gpu_models", id="model"),
+        pytest.param({"gpus": 4}, "g6.xlarge", "g6.12xlarge", "1 GPU(s) < 4 requested", id="gpu-count"),
+        pytest.param(
+            {"gpus": 1, "gpu_memory_gib": 40}, "g6.xlarge", "p4d.24xlarge", "24 GiB per GPU < 40", id="memory"
+        ),
+    ],
+)
+def test_a_type_that_does_not_fit_the_job_is_rejected_with_its_reason(
+    resources: dict[str, Any], misfit_type: str, fitting_type: str, reason_part: str
+) -> None:
+    # Given a job whose resources one quoted type cannot satisfy and another can
+    spec = job_spec(resources=resources)
+    quotes = [quote(misfit_type, ZONE_A, 0.10), quote(fitting_type, ZONE_A, 20.0)]
+    # When placed
+    placement = place(spec, quotes)
+    # Then the misfit is rejected, saying what does not fit, and the fitting type is ranked
+    assert ranked_pools(placement) == [spot_pool(fitting_type)]
+    category, reason = rejection_of(placement, spot_pool(misfit_type))
+    assert category == "misfit"
+    assert reason_part in reason
+
+
+def test_only_the_latest_quote_of_a_pool_counts() -> None:
+    # Given a pool quoted twice: cheap an hour ago, dear now (given newest first), and another pool in between
+    spec = job_spec()
+    quotes = [
+        quote("g6.xlarge", ZONE_A, 0.90, at=T0),
+        quote("g6.xlarge", ZONE_B, 0.50, at=T0),
+        quote("g6.xlarge", ZONE_A, 0.10, at=T0 - timedelta(hours=1)),
+    ]
+    # When the quotes are reduced and the job placed
+    latest = latest_quotes(quotes)
+    placement = place(spec, quotes)
+    # Then the pool's current (latest) price is the one that counts, wherever it came in the input
+    assert latest[spot_pool("g6.xlarge", ZONE_A)].usd_per_hour == 0.90
+    assert len(latest) == 2
+    assert ranked_pools(placement) == [spot_pool("g6.xlarge", ZONE_B), spot_pool("g6.xlarge", ZONE_A)]
+    assert placement.ranked[1].hourly_price == 0.90
+
+
+def test_untimed_quotes_of_a_pool_keep_the_last_one_given() -> None:
+    # Given two untimed quotes of one pool
+    quotes = [quote("g6.xlarge", ZONE_A, 0.10), quote("g6.xlarge", ZONE_A, 0.20)]
+    # When reduced
+    latest = latest_quotes(quotes)
+    # Then the last one given counts
+    assert latest == {spot_pool("g6.xlarge"): quotes[1]}
+
+
+def test_a_pool_whose_expected_cost_exceeds_the_budget_left_is_rejected() -> None:
+    # Given a 10 h job, an L4 pool (about $3.10 to finish) and an L40S pool (about $1.73), and $2 left
+    spec = job_spec(work_hours=10)
+    quotes = [quote("g6.xlarge", ZONE_A, 0.30), quote("g6e.xlarge", ZONE_A, 0.50)]
+    # When placed with that budget
+    placement = place(spec, quotes, budget_left_usd=2.0)
+    # Then only the pool that fits the budget is ranked; the other is rejected for the budget
+    assert ranked_pools(placement) == [spot_pool("g6e.xlarge")]
+    assert placement.ranked[0].expected_cost_to_finish <= 2.0
+    category, reason = rejection_of(placement, spot_pool("g6.xlarge"))
+    assert category == "budget"
+    assert "2.00 budget left" in reason
+
+
+def test_a_pool_that_cannot_finish_before_the_deadline_is_rejected() -> None:
+    # Given 10 h of work due in 5 h: an L4 needs 10.3 h, an L40S 3.5 h
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 5})
+    quotes = [quote("g6.xlarge", ZONE_A, 0.30), quote("g6e.xlarge", ZONE_A, 0.50)]
+    # When placed at submission
+    placement = place(spec, quotes)
+    # Then the L4 pool is rejected for the deadline and the L40S pool runs on spot
+    assert placement.market.action is MarketAction.SPOT
+    assert ranked_pools(placement) == [spot_pool("g6e.xlarge")]
+    category, reason = rejection_of(placement, spot_pool("g6.xlarge"))
+    assert category == "deadline"
+    assert "5.00 h left" in reason
+
+
+def test_a_pool_that_would_finish_only_without_its_launch_overhead_is_rejected_for_the_deadline() -> None:
+    # Given 10 h of work due in 10.05 h, and a V100 spot pool that runs it in exactly 10 h once started;
+    # starting it (boot, image pull, restore) takes the restart overhead, 0.1 h by default
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 10.05})
+    v100 = quote("p3.2xlarge", ZONE_A, 0.90)
+    # When the job is placed at submission
+    placement = place(spec, [v100])
+    # Then the V100 pool is rejected: launched now it finishes at 10.1 h even if never interrupted
+    assert placement.ranked == ()
+    category, _ = rejection_of(placement, v100.pool)
+    assert category == "deadline"
+
+
+def test_without_a_work_estimate_no_pool_is_rejected_for_a_deadline_it_cannot_judge() -> None:
+    # Given a job with a 24 h deadline but no work_hours, relaunched 23.5 h after submission
+    spec = job_spec(limits={"deadline_hours": 24})
+    # When it is placed on an L4 spot pool
+    placement = place(spec, [quote("g6.xlarge", ZONE_A, 0.30)], elapsed_hours=23.5)
+    # Then the pool is ranked: with no work estimate, nobody knows whether 0.5 h is too little (the market
+    # choice itself says "no work estimate: spot only"). The 1 h used to express costs per hour of work is
+    # not a work estimate and must not reject pools as "needs 1.03 h".
+    assert placement.rejected == ()
+    assert ranked_pools(placement) == [spot_pool("g6.xlarge")]
+
+
+def test_work_done_shortens_the_remaining_run() -> None:
+    # Given a 10 h job of which 8 h are checkpointed
+    spec = job_spec(work_hours=10)
+    # When placed
+    placement = place(spec, [quote("p3.2xlarge", ZONE_A, 1.0)], work_done_hours=8)
+    # Then 2 h of reference-GPU work remain, which a V100 runs in 2 h
+    assert placement.remaining_work_hours == 2
+    assert placement.ranked[0].run_hours == pytest.approx(2)
+
+
+# --- interruptions -----------------------------------------------------------------------------------
+
+
+def test_a_worse_advisor_band_ranks_below_an_equally_priced_better_band() -> None:
+    # Given two L4 types at the same price; the name tie-break alone would put g6.2xlarge first
+    spec = job_spec(work_hours=10)
+    quotes = [quote("g6.2xlarge", ZONE_A, 0.40), quote("g6.xlarge", ZONE_A, 0.40)]
+    model = InterruptionModel(bands={"g6.2xlarge": 4, "g6.xlarge": 0})
+    # When placed with Advisor bands that make g6.2xlarge the most interrupted
+    placement = place(spec, quotes, interruptions=model)
+    # Then the better band wins on expected cost to finish
+    assert ranked_pools(placement) == [spot_pool("g6.xlarge"), spot_pool("g6.2xlarge")]
+    better, worse = placement.ranked
+    assert worse.expected_interruptions > better.expected_interruptions
+    assert worse.expected_cost_to_finish > better.expected_cost_to_finish
+    assert ">20%" in worse.interruption_basis
+
+
+def test_observed_interruptions_raise_a_pools_rate_and_push_it_down_the_ranking() -> None:
+    # Given one type priced equally in two zones; zone A wins the name tie-break without observations
+    spec = job_spec(work_hours=10)
+    quotes = [quote("g6.xlarge", ZONE_A, 0.40), quote("g6.xlarge", ZONE_B, 0.40)]
+    assert ranked_pools(place(spec, quotes))[0] == spot_pool("g6.xlarge", ZONE_A)
+    seen = {"g6.xlarge:us-east-1a": PoolObservation(interruptions=5, instance_hours=10)}
+    model = InterruptionModel(observed=seen)
+    # When we have seen 5 interruptions in 10 instance-hours in zone A
+    placement = place(spec, quotes, interruptions=model)
+    # Then zone A's rate is above the Advisor prior, and zone B now ranks first
+    assert model.hourly_rate(spot_pool("g6.xlarge", ZONE_A)) > model.hourly_rate(spot_pool("g6.xlarge", ZONE_B))
+    assert model.hourly_rate(spot_pool("g6.xlarge", ZONE_B)) == band_hourly_rate(1)
+    assert ranked_pools(placement) == [spot_pool("g6.xlarge", ZONE_B), spot_pool("g6.xlarge", ZONE_A)]
+    assert "sharpened by 5 interruption(s)" in placement.ranked[1].interruption_basis
+
+
+# --- the market: spot or on-demand -------------------------------------------------------------------
+
+
+def test_with_the_deadline_nearly_spent_only_on_demand_pools_are_ranked_at_catalog_prices() -> None:
+    # Given 10 h of work due at 12 h, 8.4 h elapsed: 3.6 h left, less than on-demand L40S's 3.45 h + 2 restarts
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 12})
+    quotes = [quote("g6e.xlarge", ZONE_A, 0.50), quote("g6.xlarge", ZONE_B, 0.30)]
+    # When placed now
+    placement = place(spec, quotes, elapsed_hours=8.4)
+    # Then the safety net puts the job on on-demand, ranks only on-demand pools, priced from the catalog,
+    # in the zones we have quotes for
+    assert placement.market.action is MarketAction.ON_DEMAND
+    assert "safety net" in placement.market.reason
+    assert placement.ranked
+    for r in placement.ranked:
+        assert r.pool.market is Market.ON_DEMAND
+        assert r.pool.availability_zone in {ZONE_A, ZONE_B}
+        assert r.hourly_price == INSTANCE_TYPES[r.pool.instance_type].on_demand_usd_per_hour
+        assert r.run_hours <= 3.6
+        assert r.expected_interruptions == 0
+    best = placement.best
+    assert best is not None
+    assert best.pool.instance_type == "g6e.xlarge"
+    # and the spot pool that could still run is rejected because of the market, not dropped
+    category, _ = rejection_of(placement, spot_pool("g6e.xlarge", ZONE_A))
+    assert category == "market"
+
+
+def test_with_on_demand_fallback_off_the_job_stays_on_spot_near_the_deadline() -> None:
+    # Given the same nearly spent deadline, but a job that never wants on-demand
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 12, "on_demand_fallback": False})
+    quotes = [quote("g6e.xlarge", ZONE_A, 0.50), quote("g6.xlarge", ZONE_B, 0.30)]
+    # When placed
+    placement = place(spec, quotes, elapsed_hours=8.4)
+    # Then only spot pools are ranked
+    assert placement.market.action is MarketAction.SPOT
+    assert ranked_pools(placement) == [spot_pool("g6e.xlarge", ZONE_A)]
+
+
+def test_with_on_demand_fallback_off_and_no_spot_pool_the_job_waits() -> None:
+    # Given a job that is behind schedule and has no feasible spot pool, with on-demand not allowed
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 12, "on_demand_fallback": False})
+    quotes = [quote("g6.xlarge", ZONE_A, 0.30)]
+    # When placed late
+    placement = place(spec, quotes, elapsed_hours=8.4)
+    # Then it waits: nothing is ranked, and nothing is on-demand
+    assert placement.market.action is MarketAction.WAIT
+    assert placement.ranked == ()
+    assert placement.best is None
+
+
+# --- explaining --------------------------------------------------------------------------------------
+
+
+def test_explain_names_the_chosen_pool_and_summarises_the_rejections() -> None:
+    # Given a placement with a winner and one rejection of each of three kinds
+    spec = job_spec(work_hours=10, resources={"gpus": 1, "gpu_models": ["L4"]})
+    quotes = [
+        quote("g6.xlarge", ZONE_A, 0.30),
+        quote("g6.xlarge", ZONE_B, 0.35),
+        quote("g5.xlarge", ZONE_A, 0.10),
+        quote("m5.large", ZONE_A, 0.01),
+    ]
+    placement = place(spec, quotes, blocked=[spot_pool("g6.xlarge", ZONE_B)])
+    # When it explains itself
+    lines = placement.explain()
+    # Then one line names the chosen pool, and one counts the rejections by kind
+    chosen = [line for line in lines if line.startswith("chosen:")]
+    assert len(chosen) == 1
+    assert "g6.xlarge in us-east-1a (spot)" in chosen[0]
+    assert "$0.3000/h" in chosen[0]
+    assert "rejected 3 candidates: 1 blocked, 1 misfit, 1 unknown-type" in lines
+    assert any("g5.xlarge" in line and "not in gpu_models" in line for line in lines)
+
+
+def test_explain_says_when_no_pool_can_take_the_job() -> None:
+    # Given only a blocked pool
+    spec = job_spec()
+    placement = place(spec, [quote("g6.xlarge", ZONE_A, 0.30)], blocked=[spot_pool("g6.xlarge")])
+    # When it explains itself
+    lines = placement.explain()
+    # Then it says so instead of naming a pool
+    assert "no pool can take the job now" in lines
+    assert not any(line.startswith("chosen:") for line in lines)
+
+
+def test_to_json_dict_has_exactly_the_documented_keys() -> None:
+    # Given a placement with one ranked and one rejected pool
+    spec = job_spec(work_hours=10)
+    placement = place(spec, [quote("g6.xlarge", ZONE_A, 0.30), quote("m5.large", ZONE_A, 0.01)])
+    # When turned into JSON
+    data = placement.to_json_dict()
+    # Then it has exactly these keys, with plain JSON values
+    assert set(data) == {"ranked", "rejected"}
+    assert [set(row) for row in data["ranked"]] == [
+        {"instance_type", "availability_zone", "market", "hourly_price", "expected_cost_to_finish"}
+    ]
+    assert [set(row) for row in data["rejected"]] == [{"instance_type", "availability_zone", "reason"}]
+    assert data["ranked"][0]["market"] == "spot"
+    assert type(data["ranked"][0]["market"]) is str
+    assert data["ranked"][0]["hourly_price"] == 0.30
+    assert data["rejected"][0]["instance_type"] == "m5.large"
+
+
+# --- properties --------------------------------------------------------------------------------------
+
+ZONES = [f"us-east-1{z}" for z in "abcdef"]
+UNKNOWN_TYPES = ["m5.large", "c7i.4xlarge", "inf2.xlarge"]
+QUOTED_TYPES = sorted(INSTANCE_TYPES) + UNKNOWN_TYPES
+MEMORY_CHOICES = [8.0, 16.0, 24.0, 32.0, 40.0, 48.0, 80.0, 141.0]
+
+
+@st.composite
+def job_specs(draw: st.DrawFn) -> JobSpec:
+    # Most jobs people submit take one GPU of any kind; skew towards them so that most examples rank something.
+    resources: dict[str, Any] = {"gpus": draw(st.just(1) | st.integers(1, 8))}
+    models = draw(
+        st.none() | st.none() | st.lists(st.sampled_from(sorted(GPU_MODELS)), min_size=1, max_size=4, unique=True)
+    )
+    if models is not None:
+        resources["gpu_models"] = models
+    memory = draw(st.none() | st.none() | st.sampled_from(MEMORY_CHOICES))
+    if memory is not None:
+        resources["gpu_memory_gib"] = memory
+    try:
+        fitting = ResourcesSpec.model_validate(resources).fitting_types()
+    except ValidationError:
+        # No catalog type satisfies this combination; such a spec is refused at the edge.
+        reject()
+    limits: dict[str, Any] = {"on_demand_fallback": draw(st.booleans())}
+    cap = draw(st.none() | st.floats(0.05, 60.0))
+    if cap is not None:
+        limits["max_price_per_hour"] = cap
+    work_hours = draw(st.none() | st.floats(0.5, 200.0))
+    if draw(st.booleans()):
+        if work_hours is None:
+            limits["deadline_hours"] = draw(st.floats(0.5, 100.0))
+        else:
+            # Long enough for the fastest accepted GPU (or the spec is invalid), often for slower ones too.
+            fastest = max(relative_speed(t) for t in fitting)
+            speed = draw(st.just(fastest) | st.sampled_from(sorted(relative_speed(t) for t in fitting)))
+            limits["deadline_hours"] = work_hours / speed * draw(st.floats(1.0, 5.0))
+    fields: dict[str, Any] = {
+        "resources": resources,
+        "limits": limits,
+        "placement": {"objective": draw(st.sampled_from(["cost-to-finish", "hourly"]))},
+    }
+    if work_hours is not None:
+        fields["work_hours"] = work_hours
+    return job_spec(**fields)
+
+
+@st.composite
+def price_tables(draw: st.DrawFn) -> list[PriceQuote]:
+    """Spot quotes over real and unknown types in up to 6 zones; a pool may be quoted more than once,
+    always at distinct times, so its latest price is well defined whatever the order."""
+    zones = ZONES[: draw(st.integers(1, 6))]
+    rows = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(QUOTED_TYPES), st.sampled_from(zones), st.floats(0.0, 5.0) | st.floats(0.0, 120.0)
+            ),
+            min_size=4,
+            max_size=40,
+        )
+    )
+    minutes = draw(st.permutations(range(len(rows))))
+    return [
+        quote(instance_type, zone, price, at=T0 + timedelta(minutes=m))
+        for (instance_type, zone, price), m in zip(rows, minutes, strict=True)
+    ]
+
+
+@st.composite
+def placement_inputs(draw: st.DrawFn) -> tuple[JobSpec, list[PriceQuote], dict[str, Any]]:
+    spec = draw(job_specs())
+    quotes = draw(price_tables())
+    quoted_pools = sorted({q.pool for q in quotes}, key=lambda p: (p.instance_type, p.availability_zone))
+    blocked: set[Pool] = set()
+    if quoted_pools:
+        blocked = draw(st.sets(st.sampled_from(quoted_pools), max_size=3))
+        # An on-demand offering may be blocked too.
+        blocked |= {
+            p.model_copy(update={"market": Market.ON_DEMAND})
+            for p in draw(st.sets(st.sampled_from(quoted_pools), max_size=3))
+        }
+    observed: dict[str, PoolObservation] = {}
+    if quoted_pools:
+        for pool in draw(st.sets(st.sampled_from(quoted_pools), max_size=4)):
+            observed[pool.offering] = PoolObservation(
+                interruptions=draw(st.integers(0, 10)), instance_hours=draw(st.floats(0.0, 100.0))
+            )
+    deadline = spec.limits.deadline_hours
+    kwargs: dict[str, Any] = {
+        "blocked": blocked,
+        "elapsed_hours": draw(
+            st.floats(0.0, 50.0)
+            if deadline is None
+            else st.floats(0.0, 0.5 * deadline) | st.floats(0.0, 1.1 * deadline)
+        ),
+        "work_done_hours": draw(st.floats(0.0, spec.work_hours if spec.work_hours is not None else 10.0)),
+        "budget_left_usd": draw(st.none() | st.none() | st.floats(0.01, 500.0)),
+        "interruptions": InterruptionModel(
+            bands=draw(st.dictionaries(st.sampled_from(sorted(INSTANCE_TYPES)), st.integers(0, 4), max_size=8)),
+            observed=observed,
+        ),
+    }
+    return spec, quotes, kwargs
+
+
+PROPERTY_SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+
+
+@PROPERTY_SETTINGS
+@given(placement_inputs())
+def test_placement_never_ranks_an_infeasible_blocked_or_overpriced_pool(
+    case: tuple[JobSpec, list[PriceQuote], dict[str, Any]],
+) -> None:
+    # Given any job, price table, blocked set, budget and clock
+    spec, quotes, kwargs = case
+    # When placed
+    placement = place(spec, quotes, **kwargs)
+    event(f"market {placement.market.action}, {'some' if placement.ranked else 'no'} pool ranked")
+    # Then every ranked pool fits the job, is not blocked, is within the cap, the budget and the deadline,
+    # and is on the market the decision chose
+    cap = spec.limits.max_price_per_hour
+    deadline = spec.limits.deadline_hours
+    for r in placement.ranked:
+        itype = INSTANCE_TYPES.get(r.pool.instance_type)
+        assert itype is not None
+        assert spec.resources.misfit(itype) is None
+        assert r.pool not in kwargs["blocked"]
+        assert cap is None or r.hourly_price <= cap
+        assert kwargs["budget_left_usd"] is None or r.expected_cost_to_finish <= kwargs["budget_left_usd"]
+        if deadline is not None and spec.work_hours is not None:  # without a work estimate, no deadline test
+            assert r.run_hours <= deadline - kwargs["elapsed_hours"]
+        assert r.pool.market in placement.market.markets
+        if r.pool.market is Market.ON_DEMAND:
+            assert spec.limits.on_demand_fallback
+            assert r.hourly_price == itype.on_demand_usd_per_hour
+
+
+@PROPERTY_SETTINGS
+@given(placement_inputs())
+def test_ranking_is_sorted_by_the_jobs_objective(case: tuple[JobSpec, list[PriceQuote], dict[str, Any]]) -> None:
+    # Given any job and price table
+    spec, quotes, kwargs = case
+    # When placed
+    placement = place(spec, quotes, **kwargs)
+    # Then the ranking is in ascending order of the objective, so the first pool is the minimum
+    if spec.placement.objective == "hourly":
+        keys = [r.hourly_price for r in placement.ranked]
+    else:
+        keys = [r.expected_cost_to_finish for r in placement.ranked]
+    assert keys == sorted(keys)
+    if placement.ranked:
+        assert keys[0] == min(keys)
+        assert all(math.isfinite(k) for k in keys)
+
+
+@PROPERTY_SETTINGS
+@given(placement_inputs())
+def test_every_spot_pool_quoted_is_either_ranked_or_rejected_exactly_once(
+    case: tuple[JobSpec, list[PriceQuote], dict[str, Any]],
+) -> None:
+    # Given any job and price table
+    spec, quotes, kwargs = case
+    # When placed
+    placement = place(spec, quotes, **kwargs)
+    # Then each quoted spot pool appears exactly once among the ranked and the rejected: none is dropped
+    outcome = Counter(r.pool for r in placement.ranked if r.pool.market is Market.SPOT)
+    outcome.update(r.pool for r in placement.rejected if r.pool.market is Market.SPOT)
+    assert outcome == Counter({q.pool for q in quotes})
+
+
+@PROPERTY_SETTINGS
+@given(placement_inputs(), st.randoms(use_true_random=False))
+def test_placement_is_deterministic_and_independent_of_quote_order(
+    case: tuple[JobSpec, list[PriceQuote], dict[str, Any]], rng: random.Random
+) -> None:
+    # Given any job and price table, and the same quotes in another order
+    spec, quotes, kwargs = case
+    shuffled = list(quotes)
+    rng.shuffle(shuffled)
+    # When placed twice on the same input and once on the shuffled one
+    first = place(spec, quotes, **kwargs)
+    again = place(spec, quotes, **kwargs)
+    reordered = place(spec, shuffled, **kwargs)
+    # Then all three placements are equal
+    assert again == first
+    assert reordered == first
