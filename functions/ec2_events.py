@@ -11,7 +11,7 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel as PowertoolsEventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
@@ -26,6 +26,14 @@ tracer = Tracer()
 metrics = Metrics()
 store = DynamoJobStore(settings.table_name, boto3.client("dynamodb"))
 workflow = StepFunctionsWorkflow(boto3.client("stepfunctions"), settings.state_machine_arn)
+
+
+class EventBridgeModel(PowertoolsEventBridgeModel):
+    """The EventBridge envelope with `detail` kept as the JSON object it is; the detail models of
+    spotrelay.control.ec2_events parse it per kind."""
+
+    detail: dict[str, Any]
+
 
 _METRIC_BY_ACTION = {"interrupt": "Interruptions", "lost": "InstancesLost", "rebalance": "RebalanceRecommendations"}
 

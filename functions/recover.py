@@ -43,6 +43,8 @@ class RecoverPayload(BaseModel):
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     payload = parse(event=event, model=RecoverPayload)
     logger.append_keys(job_id=payload.job_id)
-    result = recover_step(payload.job_id, payload.error.model_dump(by_alias=True), store=store, clock=clock)
+    result = recover_step(
+        payload.job_id, payload.error.model_dump(by_alias=True), store=store, compute=compute, clock=clock
+    )
     logger.info("recovered", extra={"error": payload.error.error, **result.payload()})
     return result.payload()

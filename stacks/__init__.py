@@ -1,0 +1,1 @@
+"""spotrelay's infrastructure (AWS CDK): one construct per concern, composed by `SchedulerStack`."""

@@ -1,0 +1,158 @@
+"""The eight Lambda functions: one shared code asset, the Powertools layer, one role each.
+
+Code: ONE asset of the repository root holding only `spotrelay/` and `functions/` (built by copying
+files: no Docker, no bundling). Dependencies come from the runtime (boto3) and the Powertools layer
+(Powertools and pydantic v2). Nothing else is installed: a handler must not import what needs
+`spotrelay`'s other dependencies (the CLI's typer and rich, PyYAML) at module level.
+
+Environment: exactly the keys of the function's settings model (`SETTINGS_BY_FUNCTION[name]`,
+validated at the function's cold start) plus the Powertools/log-level keys. A settings field the
+stack cannot fill stops the synth, naming the function and the variable, so code and infrastructure
+cannot drift apart.
+
+Each function gets its own role with no managed policy: write access to its own log group and, via
+active tracing, X-Ray; everything else is granted by `iam_construct`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from aws_cdk import Duration, Fn
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from spotrelay.config import ENV_DISPATCHER_FUNCTION, METRICS_NAMESPACE, SETTINGS_BY_FUNCTION
+from stacks.config import SpotRelayConfig
+from stacks.suppressions import acknowledge
+
+FUNCTION_NAMES = ("dispatcher", "place", "launch", "ec2_events", "recover", "finalize", "reconcile", "cancel")
+SERVICE_NAME = "spotrelay"
+RUNTIME = lambda_.Runtime.PYTHON_3_11
+DEFAULT_TIMEOUT = Duration.seconds(60)
+TIMEOUTS = {"dispatcher": Duration.seconds(120), "reconcile": Duration.seconds(120)}
+MEMORY_MB = 512
+LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+# Keys the stack sets on every function, next to the settings model's keys.
+POWERTOOLS_KEYS = ("POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", "LOG_LEVEL")
+
+# The asset is the repository root minus everything but spotrelay/ and functions/ (glob rules, the last
+# matching rule wins; ".*" because "*" does not match dot-files such as .venv or .git).
+ASSET_EXCLUDES = (
+    "*",
+    ".*",
+    "!spotrelay",
+    "!spotrelay/**",
+    "!functions",
+    "!functions/**",
+    "**/__pycache__",
+    "**/*.pyc",
+    "**/.*",
+)
+
+DESCRIPTIONS = {
+    "dispatcher": "Admits queued jobs within quotas, budget and max concurrency; starts their JobLifecycle",
+    "place": "Ranks the GPU pools that fit a job and picks one (JobLifecycle Place)",
+    "launch": "Launches the job's worker on the chosen pool and parks the task token (JobLifecycle Run)",
+    "ec2_events": "Spot interruption, rebalance and state-change events: block pools, fail task tokens",
+    "recover": "After an interruption or failure: waits for the checkpoint and chooses how to go on",
+    "finalize": "Terminates the worker, totals the cost, records the outcome, wakes the dispatcher",
+    "reconcile": "Safety net: terminates orphaned instances, repairs stuck jobs and attempts",
+    "cancel": "Stops a job wherever it is and terminates its instance",
+}
+
+
+def pascal(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+class Functions(Construct):
+    """`functions[name]`, `roles[name]`, `log_groups[name]` for every name in FUNCTION_NAMES."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        config: SpotRelayConfig,
+        code_root: Path,
+        settings_values: Mapping[str, str],
+    ) -> None:
+        super().__init__(scope, id)
+        if set(FUNCTION_NAMES) != set(SETTINGS_BY_FUNCTION):
+            raise ValueError(f"functions {sorted(FUNCTION_NAMES)} != settings models {sorted(SETTINGS_BY_FUNCTION)}")
+        layer_arn = config.powertools_layer_arn
+        self.layer = lambda_.LayerVersion.from_layer_version_arn(
+            self, "PowertoolsLayer", Fn.sub(layer_arn) if "${" in layer_arn else layer_arn
+        )
+        self.code = lambda_.Code.from_asset(str(code_root), exclude=list(ASSET_EXCLUDES))
+        self.functions: dict[str, lambda_.Function] = {}
+        self.roles: dict[str, iam.Role] = {}
+        self.log_groups: dict[str, logs.LogGroup] = {}
+        values = dict(settings_values)
+        for name in FUNCTION_NAMES:  # dispatcher first: finalize's settings name it
+            self._add_function(name, config, values)
+            if name == "dispatcher":
+                values[ENV_DISPATCHER_FUNCTION] = self.functions[name].function_name
+
+    def _add_function(self, name: str, config: SpotRelayConfig, values: Mapping[str, str]) -> None:
+        settings_keys = SETTINGS_BY_FUNCTION[name].env_keys()
+        unknown = sorted(settings_keys - set(values))
+        if unknown:
+            raise ValueError(
+                f"function '{name}': its settings model wants environment variables {unknown}, "
+                "which the stack does not provide (add them to the settings values in stacks/scheduler_stack.py)"
+            )
+        environment = {
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            "POWERTOOLS_LOG_LEVEL": config.log_level,
+            "LOG_LEVEL": config.log_level,
+        } | {key: values[key] for key in sorted(settings_keys)}
+
+        id = pascal(name)
+        role = iam.Role(
+            self,
+            f"{id}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"spotrelay {name} function",
+        )
+        log_group = logs.LogGroup(self, f"{id}Logs", retention=LOG_RETENTION)
+        log_group.grant_write(role)
+        function = lambda_.Function(
+            self,
+            id,
+            description=f"spotrelay {name}: {DESCRIPTIONS[name]}",
+            runtime=RUNTIME,
+            architecture=lambda_.Architecture.ARM_64,
+            handler=f"functions/{name}.handler",
+            code=self.code,
+            layers=[self.layer],
+            role=role,
+            memory_size=MEMORY_MB,
+            timeout=TIMEOUTS.get(name, DEFAULT_TIMEOUT),
+            environment=environment,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=log_group,
+            # Admission reads quotas, budget and running jobs, then starts executions: one at a time,
+            # or two dispatchers could both admit into the last free slot.
+            reserved_concurrent_executions=1 if name == "dispatcher" else None,
+        )
+        acknowledge(
+            function,
+            "L1",
+            "Python 3.11 is pinned on purpose: the Powertools layer (python311-arm64 build, carrying "
+            "pydantic v2 compiled for 3.11) and the code's tested interpreter must match.",
+        )
+        acknowledge(
+            role,
+            "IAM5[Resource::*]",
+            "Active X-Ray tracing: xray:PutTraceSegments and xray:PutTelemetryRecords support no "
+            "resource-level permissions (CDK adds them for Tracing.ACTIVE); no other '*' is in this policy.",
+        )
+        self.functions[name] = function
+        self.roles[name] = role
+        self.log_groups[name] = log_group

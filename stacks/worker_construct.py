@@ -1,0 +1,194 @@
+"""What every GPU worker instance is launched with: launch template, instance role and profile.
+
+The launch function picks the instance type, subnet and market per attempt and tags the request
+(`spotrelay:managed`, job id, attempt); everything else comes from this template:
+- the Deep Learning AMI (PyTorch, Amazon Linux 2023) from its public SSM parameter, resolved by
+  CloudFormation at deploy time (a CloudFormation parameter), never looked up at synth;
+- IMDSv2 only, hop limit 2 (the job's container reaches IMDS through one more hop), instance tags
+  in IMDS: that is how the agent learns its job id and attempt - user data carries no job data and
+  no secret;
+- an encrypted gp3 root volume; shutdown from inside the instance terminates it;
+- a security group with no inbound rule (operators use SSM Session Manager, not SSH).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aws
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from spotrelay.config import ENV_BUCKET, ENV_TABLE
+from stacks.config import SpotRelayConfig
+from stacks.storage_construct import AGENT_PREFIX, CHECKPOINT_PREFIX
+from stacks.suppressions import acknowledge, acknowledge_wildcard_resources
+
+AGENT_LOG_GROUP_NAME = "/spotrelay/agent"
+ENV_AGENT_LOG_GROUP = "SPOTRELAY_AGENT_LOG_GROUP"
+ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 AMIs
+AGENT_UNIT = "spotrelay-agent.service"
+TASK_TOKEN_ACTIONS = ("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat")
+TASK_TOKEN_REASON = (
+    "SendTaskSuccess/SendTaskFailure/SendTaskHeartbeat take a task token, not a resource: Step Functions "
+    "supports no resource-level permission for them, so their Resource must be '*'. The statement holds "
+    "only task-token actions, and a caller needs a live token of one of our executions to use them."
+)
+
+
+class Worker(Construct):
+    """`launch_template` (and its `launch_template_id`), `role`, `instance_profile`, `security_group`,
+    `image_id` (the deploy-time AMI id), `log_group` (the agent's)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        config: SpotRelayConfig,
+        vpc: ec2.IVpc,
+        table: dynamodb.ITable,
+        bucket: s3.IBucket,
+        bucket_key: kms.IKey,
+    ) -> None:
+        super().__init__(scope, id)
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="spotrelay GPU workers: no inbound access; outbound to AWS APIs and package registries",
+            allow_all_outbound=True,
+        )
+        self.log_group = logs.LogGroup(
+            self, "AgentLogs", log_group_name=AGENT_LOG_GROUP_NAME, retention=logs.RetentionDays.ONE_MONTH
+        )
+        self.role = iam.Role(
+            self,
+            "InstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="spotrelay worker: its job's checkpoints, its records, its task token, its logs",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+        )
+        acknowledge(
+            self.role,
+            "IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
+            "Session Manager is how operators reach a worker (no SSH key, no inbound port); AWS maintains this "
+            "policy's SSM agent permissions as the agent evolves, which a hand-written copy would not track.",
+        )
+        self._grant_worker_permissions(table=table, bucket=bucket, bucket_key=bucket_key)
+        self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
+
+        image = ec2.MachineImage.from_ssm_parameter(config.worker_ami_ssm_parameter, os=ec2.OperatingSystemType.LINUX)
+        self.image_id = image.get_image(self).image_id
+        self.launch_template = ec2.LaunchTemplate(
+            self,
+            "LaunchTemplate",
+            machine_image=image,
+            user_data=_agent_user_data(table=table, bucket=bucket),
+            instance_profile=self.instance_profile,
+            security_group=self.security_group,
+            http_endpoint=True,
+            http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
+            http_put_response_hop_limit=2,
+            instance_metadata_tags=True,
+            instance_initiated_shutdown_behavior=ec2.InstanceInitiatedShutdownBehavior.TERMINATE,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name=ROOT_DEVICE,
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        config.worker_root_volume_gib,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        encrypted=True,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+            version_description="spotrelay GPU worker",
+        )
+        if self.launch_template.launch_template_id is None:  # only imported templates lack one
+            raise ValueError("the worker launch template has no id")
+        self.launch_template_id: str = self.launch_template.launch_template_id
+
+    def _grant_worker_permissions(self, *, table: dynamodb.ITable, bucket: s3.IBucket, bucket_key: kms.IKey) -> None:
+        # The role reaches every job's prefix under jobs/; each worker confines itself to its own job's
+        # prefix (jobs/<job_id>/, the job id read from its instance tags). IAM cannot narrow it further:
+        # instance tags are not available as policy variables for an instance profile's session.
+        objects = iam.PolicyStatement(
+            actions=["s3:GetObject", "s3:PutObject"],
+            resources=[bucket.arn_for_objects(f"{CHECKPOINT_PREFIX}*")],
+        )
+        self.role.add_to_principal_policy(objects)
+        acknowledge_wildcard_resources(
+            self.role,
+            objects,
+            "Checkpoint keys are jobs/<job_id>/checkpoints/<attempt>-<seq>/...: new keys on every checkpoint, "
+            "so the resource is the jobs/ prefix; the agent only writes under its own job's prefix.",
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{CHECKPOINT_PREFIX}*"]}},
+            )
+        )
+        wheel = iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{AGENT_PREFIX}*")])
+        self.role.add_to_principal_policy(wheel)
+        acknowledge_wildcard_resources(
+            self.role,
+            wheel,
+            "User data installs the agent from the wheel(s) under agent/, whose file names carry their "
+            "versions; read-only, and only that prefix.",
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[bucket_key.key_arn])
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+                resources=[table.table_arn],
+            )
+        )
+        task_tokens = iam.PolicyStatement(actions=list(TASK_TOKEN_ACTIONS), resources=["*"])
+        self.role.add_to_principal_policy(task_tokens)
+        acknowledge_wildcard_resources(self.role, task_tokens, TASK_TOKEN_REASON)
+        self.log_group.grant_write(self.role)
+
+
+def _agent_user_data(*, table: dynamodb.ITable, bucket: s3.IBucket) -> ec2.UserData:
+    """Install the agent from the bucket's agent/ wheel and run it as a systemd unit."""
+    user_data = ec2.UserData.for_linux()
+    user_data.add_commands(
+        "set -euo pipefail",
+        "# The job id and attempt are this instance's tags; the agent reads them from IMDS. No secrets here.",
+        "dnf install -y -q python3.11",
+        "install -d -m 0755 /opt/spotrelay/wheels",
+        f'aws s3 cp --recursive --only-show-errors "s3://{bucket.bucket_name}/{AGENT_PREFIX}" /opt/spotrelay/wheels/',
+        "python3.11 -m venv /opt/spotrelay/venv",
+        # The wheel file itself, never the name "spotrelay": a package of that name on PyPI must not win.
+        "/opt/spotrelay/venv/bin/pip install --quiet --find-links /opt/spotrelay/wheels"
+        " /opt/spotrelay/wheels/spotrelay-*.whl",
+        f"cat > /etc/systemd/system/{AGENT_UNIT} <<'UNIT'",
+        "[Unit]",
+        "Description=spotrelay agent: runs this instance's job attempt, checkpoints, heartbeats",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "[Service]",
+        f"Environment={ENV_TABLE}={table.table_name}",
+        f"Environment={ENV_BUCKET}={bucket.bucket_name}",
+        f"Environment={ENV_AGENT_LOG_GROUP}={AGENT_LOG_GROUP_NAME}",
+        f"Environment=AWS_REGION={Aws.REGION}",
+        "ExecStart=/opt/spotrelay/venv/bin/spotrelay agent",
+        "Restart=on-failure",
+        "RestartSec=5",
+        "KillMode=mixed",
+        "TimeoutStopSec=150",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "UNIT",
+        "systemctl daemon-reload",
+        f"systemctl enable --now {AGENT_UNIT}",
+    )
+    return user_data

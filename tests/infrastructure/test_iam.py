@@ -1,0 +1,166 @@
+"""Least privilege, checked on every identity-policy statement of the synthesized template."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from infrastructure.synth import Statement, Synthesized, statements
+from spotrelay.config import TAG_MANAGED
+from stacks.config import DEFAULT_GPU_FAMILIES
+
+# Actions that support no resource-level permissions: the only ones allowed on Resource "*".
+ACTIONS_WITHOUT_RESOURCE_LEVEL_PERMISSIONS = {
+    "ec2:DescribeInstances",
+    "ec2:DescribeInstanceStatus",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DescribeSpotPriceHistory",
+    "states:SendTaskSuccess",
+    "states:SendTaskFailure",
+    "states:SendTaskHeartbeat",
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+    # Step Functions' log delivery to CloudWatch Logs (added by CDK for LogLevel.ALL)
+    "logs:CreateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:DescribeLogGroups",
+    "logs:DescribeResourcePolicies",
+    "logs:GetLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:UpdateLogDelivery",
+}
+EC2_PREFIX = "arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:"
+
+
+@pytest.fixture(scope="module")
+def allows(synthesized: Synthesized) -> list[Statement]:
+    found = [s for s in statements(synthesized) if s.effect == "Allow"]
+    assert len(found) > 30
+    return found
+
+
+def _role(synthesized: Synthesized, function: str) -> str:
+    return f"<{synthesized.logical_id(synthesized.stack.functions.roles[function])}>"
+
+
+def _granted(allows: list[Statement], role: str, action: str) -> list[Statement]:
+    return [s for s in allows if role in s.roles and action in s.actions]
+
+
+def test_no_statement_has_a_star_or_service_wide_action(allows: list[Statement]) -> None:
+    for statement in allows:
+        for action in statement.actions:
+            assert action != "*", statement
+            assert not re.fullmatch(r"[a-z0-9-]+:\*", action), statement
+
+
+def test_resource_star_only_for_actions_without_resource_level_permissions(allows: list[Statement]) -> None:
+    for statement in allows:
+        if "*" in statement.resources:
+            assert set(statement.actions) <= ACTIONS_WITHOUT_RESOURCE_LEVEL_PERMISSIONS, statement
+
+
+def test_run_instances_only_for_allowed_gpu_families_and_only_tagged(
+    synthesized: Synthesized, allows: list[Statement]
+) -> None:
+    launch = _role(synthesized, "launch")
+    for action in ("ec2:RunInstances", "ec2:CreateFleet"):
+        on_instances = [s for s in _granted(allows, launch, action) if f"{EC2_PREFIX}instance/*" in s.resources]
+        assert len(on_instances) == 1
+        [statement] = on_instances
+        assert statement.resources == (f"{EC2_PREFIX}instance/*",)
+        assert statement.condition == {
+            "StringLike": {"ec2:InstanceType": [f"{family}.*" for family in DEFAULT_GPU_FAMILIES]},
+            "StringEquals": {f"aws:RequestTag/{TAG_MANAGED}": "true"},
+        }
+        # No other statement lets an instance be launched unconditionally
+        for other in _granted(allows, launch, action):
+            if other is not statement:
+                assert not any(r.endswith(":instance/*") or r == "*" for r in other.resources)
+
+
+def test_no_role_but_launch_may_launch_or_pass_roles(synthesized: Synthesized, allows: list[Statement]) -> None:
+    launch = _role(synthesized, "launch")
+    for action in ("ec2:RunInstances", "ec2:CreateFleet", "iam:PassRole"):
+        assert {role for s in allows if action in s.actions for role in s.roles} == {launch}
+
+
+def test_pass_role_only_for_the_worker_role_and_only_to_ec2(synthesized: Synthesized, allows: list[Statement]) -> None:
+    [statement] = [s for s in allows if "iam:PassRole" in s.actions]
+    assert statement.actions == ("iam:PassRole",)
+    assert statement.resources == (f"<{synthesized.logical_id(synthesized.stack.worker.role)}.Arn>",)
+    assert statement.condition == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+
+
+def test_tags_only_while_launching(allows: list[Statement]) -> None:
+    tagging = [s for s in allows if "ec2:CreateTags" in s.actions]
+    assert tagging
+    for statement in tagging:
+        assert statement.condition == {"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateFleet"]}}
+
+
+def test_terminate_only_instances_tagged_managed(synthesized: Synthesized, allows: list[Statement]) -> None:
+    terminating = [s for s in allows if "ec2:TerminateInstances" in s.actions]
+    assert terminating
+    for statement in terminating:
+        assert statement.resources == (f"{EC2_PREFIX}instance/*",)
+        assert statement.condition == {"StringEquals": {f"aws:ResourceTag/{TAG_MANAGED}": "true"}}
+    roles = {role for s in terminating for role in s.roles}
+    assert roles == {_role(synthesized, name) for name in ("launch", "finalize", "reconcile", "cancel")}
+
+
+def test_executions_and_task_tokens_go_to_the_functions_that_need_them(
+    synthesized: Synthesized, allows: list[Statement]
+) -> None:
+    def holders(action: str) -> set[str]:
+        return {role for s in allows if action in s.actions for role in s.roles}
+
+    def roles(*names: str) -> set[str]:
+        return {_role(synthesized, name) for name in names}
+
+    assert holders("states:StartExecution") == roles("dispatcher")
+    assert holders("states:StopExecution") == roles("reconcile", "cancel")
+    assert holders("states:SendTaskSuccess") == roles("ec2_events", "cancel", "reconcile") | {
+        f"<{synthesized.logical_id(synthesized.stack.worker.role)}>"
+    }
+    assert holders("sqs:ReceiveMessage") == holders("sqs:DeleteMessage") == roles("dispatcher")
+    assert holders("sqs:SendMessage") == roles("dispatcher")
+    [wake] = [s for s in allows if "lambda:InvokeFunction" in s.actions and _role(synthesized, "finalize") in s.roles]
+    assert wake.resources == (f"<{synthesized.function_ids()['dispatcher']}.Arn>",)
+
+
+def test_dispatcher_sends_only_to_the_dlq(synthesized: Synthesized, allows: list[Statement]) -> None:
+    [send] = [s for s in allows if "sqs:SendMessage" in s.actions]
+    assert send.resources == (f"<{synthesized.logical_id(synthesized.stack.job_queue.dead_letter_queue)}.Arn>",)
+
+
+def test_worker_reaches_only_jobs_and_agent_prefixes_of_the_bucket(
+    synthesized: Synthesized, allows: list[Statement]
+) -> None:
+    worker = f"<{synthesized.logical_id(synthesized.stack.worker.role)}>"
+    bucket = f"<{synthesized.logical_id(synthesized.stack.storage.bucket)}.Arn>"
+    s3 = [s for s in allows if worker in s.roles and any(a.startswith("s3:") for a in s.actions)]
+    by_resource = {resource: set(s.actions) for s in s3 for resource in s.resources}
+    assert by_resource == {
+        f"{bucket}/jobs/*": {"s3:GetObject", "s3:PutObject"},
+        f"{bucket}/agent/*": {"s3:GetObject"},
+        bucket: {"s3:ListBucket"},
+    }
+    [listing] = [s for s in s3 if "s3:ListBucket" in s.actions]
+    assert listing.condition == {"StringLike": {"s3:prefix": ["jobs/*"]}}
+    dynamodb = {a for s in allows if worker in s.roles for a in s.actions if a.startswith("dynamodb:")}
+    assert dynamodb == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+    token_statements = [s for s in allows if worker in s.roles and "states:SendTaskHeartbeat" in s.actions]
+    assert [set(s.actions) for s in token_statements] == [
+        {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
+    ]
+
+
+def test_function_roles_have_no_managed_policies(synthesized: Synthesized) -> None:
+    for name, role in synthesized.stack.functions.roles.items():
+        assert "ManagedPolicyArns" not in synthesized.properties(role), name
