@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from spotrelay.aws.clock import SystemClock
 from spotrelay.aws.compute import Ec2Compute
 from spotrelay.aws.store import DynamoJobStore
+from spotrelay.aws.wakeup import LambdaWakeup
 from spotrelay.aws.workflow import StepFunctionsWorkflow
 from spotrelay.config import CancelSettings
 from spotrelay.control.cancel import cancel_job
@@ -28,6 +29,7 @@ clock = SystemClock()
 store = DynamoJobStore(settings.table_name, boto3.client("dynamodb"))
 compute = Ec2Compute(boto3.client("ec2"), region=boto3.session.Session().region_name or "")
 workflow = StepFunctionsWorkflow(boto3.client("stepfunctions"), settings.state_machine_arn)
+wakeup = LambdaWakeup(boto3.client("lambda"), settings.dispatcher_function)
 
 
 class CancelPayload(BaseModel):
@@ -40,7 +42,7 @@ class CancelPayload(BaseModel):
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     payload = parse(event=event, model=CancelPayload)
     logger.append_keys(job_id=payload.job_id)
-    result = cancel_job(payload.job_id, store=store, compute=compute, workflow=workflow, clock=clock)
+    result = cancel_job(payload.job_id, store=store, compute=compute, workflow=workflow, clock=clock, wakeup=wakeup)
     if not result.already_ended:
         metrics.add_metric(name="JobsCancelled", unit=MetricUnit.Count, value=1)
     logger.info("cancelled", extra=result.model_dump(mode="json"))

@@ -29,6 +29,7 @@ ERROR_JOB_FAILED = "JobFailed"
 ERROR_NO_CAPACITY = "InsufficientInstanceCapacity"  # every ranked pool refused us: back to Place
 ERROR_CANCELLED = "JobCancelled"
 ERROR_BUDGET_EXHAUSTED = "BudgetExhausted"
+ERROR_CHECKPOINT_CORRUPT = "CheckpointCorrupt"  # the agent: the committed checkpoint fails verification
 
 # Environment variable names (the settings models' aliases).
 ENV_TABLE = "SPOTRELAY_TABLE"
@@ -119,6 +120,7 @@ class ReconcileSettings(TableSettings):
 
 class CancelSettings(TableSettings):
     state_machine_arn: str = Field(alias=ENV_STATE_MACHINE_ARN, min_length=1)
+    dispatcher_function: str = Field(alias=ENV_DISPATCHER_FUNCTION, min_length=1)
 
 
 SETTINGS_BY_FUNCTION: dict[str, type[FunctionSettings]] = {

@@ -12,7 +12,7 @@
 - EC2 Describe* calls (no resource-level permissions exist for them): one read-only policy.
 - Step Functions: StartExecution on JobLifecycle; Describe/StopExecution on its executions; the
   task-token calls for ec2_events/cancel/reconcile.
-- dispatcher: receive/delete on the job queue, send to the DLQ; finalize: invoke the dispatcher.
+- dispatcher: receive/delete on the job queue, send to the DLQ; finalize, cancel: invoke the dispatcher.
 No statement has a `*` action or a service-wide action wildcard.
 """
 
@@ -167,10 +167,10 @@ class FunctionPermissions(Construct):
             iam.PolicyStatement(actions=["kms:Decrypt"], resources=[bucket_key.key_arn]),
         )
 
-        # finalize wakes the dispatcher when a job's slot frees up.
+        # finalize and cancel wake the dispatcher when a job's slot frees up.
         self._policy(
             "WakeDispatcher",
-            ["finalize"],
+            ["finalize", "cancel"],
             iam.PolicyStatement(
                 actions=["lambda:InvokeFunction"], resources=[functions.functions["dispatcher"].function_arn]
             ),

@@ -1,6 +1,6 @@
 """Cancel a job wherever it is: mark it, terminate its instance, close its attempt, stop its execution.
 
-Cancel does the whole job itself rather than trusting the execution to notice: on AWS stopping an
+Cancel does the whole job itself, and wakes the dispatcher as Finalize would, rather than trusting the execution to notice: on AWS stopping an
 execution skips its Finalize. It also fails the Run task with JobCancelled, so an execution that is
 still waiting on it (moto cannot stop a waiting execution) finalizes as cancelled; Finalize keeps
 the CANCELLED state because it never overwrites a terminal one.
@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from spotrelay.config import ERROR_CANCELLED
 from spotrelay.control.jobs import update_job
 from spotrelay.control.lifecycle import account, close_attempt
-from spotrelay.control.ports import Clock, Compute, JobStore, Workflow
+from spotrelay.control.ports import Clock, Compute, JobStore, Wakeup, Workflow
 from spotrelay.models import AttemptOutcome, Job, JobState, ensure_transition
 
 
@@ -26,7 +26,9 @@ class CancelResult(BaseModel):
     already_ended: bool
 
 
-def cancel_job(job_id: str, *, store: JobStore, compute: Compute, workflow: Workflow, clock: Clock) -> CancelResult:
+def cancel_job(
+    job_id: str, *, store: JobStore, compute: Compute, workflow: Workflow, clock: Clock, wakeup: Wakeup
+) -> CancelResult:
     now = clock.now()
     job, _ = store.get_job(job_id)
     if job.state.is_terminal:
@@ -61,6 +63,7 @@ def cancel_job(job_id: str, *, store: JobStore, compute: Compute, workflow: Work
         workflow.fail_task(token, ERROR_CANCELLED, "cancelled by the user")
     if workflow.status(job_id) == "RUNNING":
         workflow.stop(job_id, "cancelled by the user")
+    wakeup.wake_dispatcher(f"job {job_id} cancelled")  # its slot is free for the next queued job
     return CancelResult(job_id=job_id, state=final.state, terminated=terminated, already_ended=False)
 
 

@@ -139,6 +139,12 @@ class CheckpointFile(BaseModel):
     path: str = Field(min_length=1, description="relative to checkpoint.dir, with no '..' part")
     size: int = Field(ge=0)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the S3 key of the bytes when an earlier checkpoint of the job uploaded them (incremental "
+        "checkpoints reference unchanged files); None: `<this checkpoint's prefix>data/<path>`",
+    )
 
     @field_validator("path")
     @classmethod
@@ -154,6 +160,8 @@ class CheckpointManifest(BaseModel):
 
     Stored at `s3://<bucket>/jobs/<job_id>/checkpoints/<attempt>-<seq>/manifest.json`; checkpoints
     are ordered by (attempt, seq), and the job's pointer only ever moves forward in that order.
+    A file's bytes are at `<prefix>data/<path>`, or, when an earlier checkpoint of the same job
+    uploaded them, at that checkpoint's key (`CheckpointFile.key`; never outside the job's checkpoints).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -164,12 +172,16 @@ class CheckpointManifest(BaseModel):
     created_at: AwareDatetime
     work_done_hours: float | None = Field(default=None, ge=0)
     files: tuple[CheckpointFile, ...]
+    final: bool = Field(default=False, description="the attempt's last checkpoint, taken at its interruption notice")
 
     @model_validator(mode="after")
     def _unique_paths(self) -> Self:
         paths = [f.path for f in self.files]
         if len(paths) != len(set(paths)):
             raise ValueError("files: each path may appear once")
+        outside = [f.key for f in self.files if f.key is not None and not f.key.startswith(self.job_prefix)]
+        if outside:
+            raise ValueError(f"files: keys must be under {self.job_prefix}, not {outside[0]!r}")
         return self
 
     @property
@@ -181,5 +193,14 @@ class CheckpointManifest(BaseModel):
         return sum(f.size for f in self.files)
 
     @property
+    def job_prefix(self) -> str:
+        """Where every checkpoint of the job lives."""
+        return f"jobs/{self.job_id}/checkpoints/"
+
+    @property
     def prefix(self) -> str:
-        return f"jobs/{self.job_id}/checkpoints/{self.attempt}-{self.seq}/"
+        return f"{self.job_prefix}{self.attempt}-{self.seq}/"
+
+    def object_key(self, file: CheckpointFile) -> str:
+        """The S3 key holding `file`'s bytes."""
+        return file.key if file.key is not None else f"{self.prefix}data/{file.path}"

@@ -181,7 +181,9 @@ class World:
         )
 
     def cancel(self, job_id: str = "train-1") -> CancelResult:
-        return cancel_job(job_id, store=self.store, compute=self.compute, workflow=self.workflow, clock=self.clock)
+        return cancel_job(
+            job_id, store=self.store, compute=self.compute, workflow=self.workflow, clock=self.clock, wakeup=self.wakeup
+        )
 
     def reconcile(self) -> ReconcileReport:
         return reconcile(

@@ -247,6 +247,8 @@ def test_cancelling_a_running_job_terminates_its_instance_and_stops_its_executio
     # And the Run task fails with JobCancelled, the execution is stopped, the job is CANCELLED and charged
     assert world.fail_results("token-1") == ["JobCancelled"]
     assert world.workflow.executions["train-1"].status == "ABORTED"
+    # And the dispatcher is woken: the job's slot is free for the next queued job
+    assert world.wakeup.reasons == ["job train-1 cancelled"]
     job = world.job()
     assert job.state is JobState.CANCELLED
     assert job.cost_usd == pytest.approx(0.70)
