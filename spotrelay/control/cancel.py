@@ -1,9 +1,9 @@
 """Cancel a job wherever it is: mark it, terminate its instance, close its attempt, stop its execution.
 
-Cancel does the whole job itself, and wakes the dispatcher as Finalize would, rather than trusting the execution to notice: on AWS stopping an
-execution skips its Finalize. It also fails the Run task with JobCancelled, so an execution that is
-still waiting on it (moto cannot stop a waiting execution) finalizes as cancelled; Finalize keeps
-the CANCELLED state because it never overwrites a terminal one.
+Cancel does the whole job itself, and wakes the dispatcher as Finalize would, rather than trusting the
+execution to notice: on AWS stopping an execution skips its Finalize. It also fails the Run task with
+JobCancelled, so an execution that is still waiting on it (moto cannot stop a waiting execution)
+finalizes as cancelled; Finalize keeps the CANCELLED state because it never overwrites a terminal one.
 """
 
 from __future__ import annotations
