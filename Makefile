@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format typecheck unit synth bench-place lock clean
+.PHONY: demo test lint format typecheck unit synth bench-place bench-agent lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ format: $(STAMP)
 ## bench-place: time placement over a 100-type x 6-AZ price table
 bench-place: $(STAMP)
 	$(BIN)/python -m spotrelay.policy.bench_placement
+
+## bench-agent: time from a spot notice to the committed checkpoint of a 1 GiB checkpoint dir (moto server)
+bench-agent: $(STAMP)
+	$(BIN)/python -m spotrelay.agent.bench
 
 ## lock: re-resolve requirements.lock from pyproject.toml (needs network to PyPI)
 lock:

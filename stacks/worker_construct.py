@@ -22,6 +22,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from spotrelay.agent import AGENT_UNIT_NAME, systemd_unit
 from spotrelay.config import ENV_BUCKET, ENV_TABLE
 from stacks.config import SpotRelayConfig
 from stacks.storage_construct import AGENT_PREFIX, CHECKPOINT_PREFIX
@@ -30,7 +31,7 @@ from stacks.suppressions import acknowledge, acknowledge_wildcard_resources
 AGENT_LOG_GROUP_NAME = "/spotrelay/agent"
 ENV_AGENT_LOG_GROUP = "SPOTRELAY_AGENT_LOG_GROUP"
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 AMIs
-AGENT_UNIT = "spotrelay-agent.service"
+AGENT_UNIT = AGENT_UNIT_NAME
 TASK_TOKEN_ACTIONS = ("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat")
 TASK_TOKEN_REASON = (
     "SendTaskSuccess/SendTaskFailure/SendTaskHeartbeat take a task token, not a resource: Step Functions "
@@ -117,7 +118,8 @@ class Worker(Construct):
         # prefix (jobs/<job_id>/, the job id read from its instance tags). IAM cannot narrow it further:
         # instance tags are not available as policy variables for an instance profile's session.
         objects = iam.PolicyStatement(
-            actions=["s3:GetObject", "s3:PutObject"],
+            # AbortMultipartUpload: a checkpoint upload cancelled by the interruption notice cleans up its parts
+            actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
             resources=[bucket.arn_for_objects(f"{CHECKPOINT_PREFIX}*")],
         )
         self.role.add_to_principal_policy(objects)
@@ -168,25 +170,18 @@ def _agent_user_data(*, table: dynamodb.ITable, bucket: s3.IBucket) -> ec2.UserD
         f'aws s3 cp --recursive --only-show-errors "s3://{bucket.bucket_name}/{AGENT_PREFIX}" /opt/spotrelay/wheels/',
         "python3.11 -m venv /opt/spotrelay/venv",
         # The wheel file itself, never the name "spotrelay": a package of that name on PyPI must not win.
-        "/opt/spotrelay/venv/bin/pip install --quiet --find-links /opt/spotrelay/wheels"
-        " /opt/spotrelay/wheels/spotrelay-*.whl",
+        "wheel=$(ls /opt/spotrelay/wheels/spotrelay-*.whl | sort -V | tail -n 1)",
+        # with the [aws] extra: the agent needs boto3, which the DLAMI's system Python does not lend a venv
+        '/opt/spotrelay/venv/bin/pip install --quiet --find-links /opt/spotrelay/wheels "${wheel}[aws]"',
         f"cat > /etc/systemd/system/{AGENT_UNIT} <<'UNIT'",
-        "[Unit]",
-        "Description=spotrelay agent: runs this instance's job attempt, checkpoints, heartbeats",
-        "Wants=network-online.target",
-        "After=network-online.target",
-        "[Service]",
-        f"Environment={ENV_TABLE}={table.table_name}",
-        f"Environment={ENV_BUCKET}={bucket.bucket_name}",
-        f"Environment={ENV_AGENT_LOG_GROUP}={AGENT_LOG_GROUP_NAME}",
-        f"Environment=AWS_REGION={Aws.REGION}",
-        "ExecStart=/opt/spotrelay/venv/bin/spotrelay agent",
-        "Restart=on-failure",
-        "RestartSec=5",
-        "KillMode=mixed",
-        "TimeoutStopSec=150",
-        "[Install]",
-        "WantedBy=multi-user.target",
+        *systemd_unit(
+            {
+                ENV_TABLE: table.table_name,
+                ENV_BUCKET: bucket.bucket_name,
+                ENV_AGENT_LOG_GROUP: AGENT_LOG_GROUP_NAME,
+                "AWS_REGION": Aws.REGION,
+            }
+        ).splitlines(),
         "UNIT",
         "systemctl daemon-reload",
         f"systemctl enable --now {AGENT_UNIT}",

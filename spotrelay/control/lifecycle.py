@@ -311,10 +311,13 @@ def recover_step(
     if job.last_recovered_attempt >= current.attempt and job.last_recovery is not None:
         return StepResult.model_validate(job.last_recovery)  # a retried invocation: same answer
     pointer = store.get_checkpoint(job_id)
+    final_committed = pointer is not None and (
+        pointer.attempt > current.attempt or (pointer.attempt == current.attempt and pointer.final)
+    )
     if (
         kind is EndKind.SPOT_INTERRUPTED
         and current.interrupted_at is not None
-        and (pointer is None or pointer.attempt < current.attempt)
+        and not final_committed
         and (now - current.interrupted_at).total_seconds() < FINAL_CHECKPOINT_WAIT_SECONDS
     ):
         return StepResult(action="wait_checkpoint", wait_seconds=FINAL_CHECKPOINT_POLL_SECONDS)

@@ -36,6 +36,7 @@ class CheckpointPointer(BaseModel):
     manifest_key: str
     work_done_hours: float
     committed_at: AwareDatetime
+    final: bool = False  # the attempt's last checkpoint, taken at its interruption notice
 
 
 class InstanceRef(BaseModel):

@@ -147,7 +147,7 @@ def test_worker_reaches_only_jobs_and_agent_prefixes_of_the_bucket(
     s3 = [s for s in allows if worker in s.roles and any(a.startswith("s3:") for a in s.actions)]
     by_resource = {resource: set(s.actions) for s in s3 for resource in s.resources}
     assert by_resource == {
-        f"{bucket}/jobs/*": {"s3:GetObject", "s3:PutObject"},
+        f"{bucket}/jobs/*": {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"},
         f"{bucket}/agent/*": {"s3:GetObject"},
         bucket: {"s3:ListBucket"},
     }

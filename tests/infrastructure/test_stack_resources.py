@@ -161,6 +161,10 @@ def test_user_data_installs_the_agent_wheel_and_starts_the_unit_without_job_data
     # The job id and attempt come from instance tags through IMDS, never from user data
     assert "job-id" not in script
     assert "attempt=" not in script
+    # The agent needs boto3 (the [aws] extra), and an agent crash must not kill the job it re-attaches to
+    assert '"${wheel}[aws]"' in script
+    assert "KillMode=process" in script
+    assert "KillMode=mixed" not in script
 
 
 def test_instance_profile_carries_the_worker_role(synthesized: Synthesized) -> None:

@@ -237,8 +237,10 @@ class World:
         self.store.put_attempt(attempt)
         return attempt
 
-    def checkpoint(self, job_id: str = "train-1", *, attempt: int = 1, seq: int = 0, work_done_hours: float) -> None:
-        """The agent committed a checkpoint of `work_done_hours` reference-GPU hours."""
+    def checkpoint(
+        self, job_id: str = "train-1", *, attempt: int = 1, seq: int = 0, work_done_hours: float, final: bool = False
+    ) -> None:
+        """The agent committed a checkpoint of `work_done_hours` reference-GPU hours (`final`: at the notice)."""
         assert self.store.advance_checkpoint(
             CheckpointPointer(
                 job_id=job_id,
@@ -247,6 +249,7 @@ class World:
                 manifest_key=f"jobs/{job_id}/checkpoints/{attempt}-{seq}/manifest.json",
                 work_done_hours=work_done_hours,
                 committed_at=self.clock.now(),
+                final=final,
             )
         )
 

@@ -337,6 +337,21 @@ def test_recover_does_not_take_an_earlier_attempts_checkpoint_for_the_final_one(
     assert world.attempt(number=2).is_live
 
 
+def test_recover_does_not_take_a_periodic_checkpoint_of_the_interrupted_attempt_for_its_final_one() -> None:
+    # Given an interrupted attempt whose latest checkpoint is a periodic one from before the notice
+    world = World()
+    world.running()
+    world.advance(minutes=30)
+    world.checkpoint(attempt=1, seq=2, work_done_hours=0.5)
+    world.advance(minutes=10)
+    world.warned()
+    # When Recover runs right after the notice
+    result = world.recover(failure=error("SpotInterrupted"))
+    # Then it waits for the final checkpoint rather than relaunching from the periodic one
+    assert result.action == "wait_checkpoint"
+    assert world.attempt().is_live
+
+
 def test_recover_after_the_final_checkpoint_closes_the_attempt_accounts_it_and_relaunches_elsewhere() -> None:
     # Given an attempt that ran 115 minutes, was warned, and committed its final checkpoint of 1.5 h of work
     world = World()
@@ -346,7 +361,7 @@ def test_recover_after_the_final_checkpoint_closes_the_attempt_accounts_it_and_r
     world.advance(minutes=114)
     world.warned()
     world.advance(minutes=1)
-    world.checkpoint(attempt=1, seq=4, work_done_hours=1.5)
+    world.checkpoint(attempt=1, seq=4, work_done_hours=1.5, final=True)
     # When Recover runs
     result = world.recover(failure=error("SpotInterrupted"))
     # Then the attempt is closed as INTERRUPTED now, losing the work done since the checkpoint

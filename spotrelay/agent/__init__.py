@@ -1,0 +1,61 @@
+"""The worker agent (`spotrelay agent`): runs one job attempt on its GPU instance, checkpoints it to
+S3, and reports on the Run task's token. See `spotrelay.agent.agent` for the lifecycle.
+
+Modules: `agent` (the loop), `main` (the wiring behind `spotrelay agent`), `imds` (IMDSv2 client),
+`checkpoints` (what changed, what to upload, restore verification; no AWS), `checkpointer` (the
+order of the writes: data, manifest, pointer), `runner` and `supervise` (the job's process),
+`state` (the state file that survives a restart), `task_tokens`, `logs`, `bench`
+(`python -m spotrelay.agent.bench`). The S3 side is `spotrelay.aws.checkpoints`.
+
+This package's top level stays free of boto3 and pydantic imports: `python -m
+spotrelay.agent.supervise` imports it, once per job, for a process that lives as long as the job.
+
+The systemd unit the launch template's user data installs is `systemd_unit(...)` (below). Its
+choices, and why:
+
+- `Restart=on-failure`, `RestartSec=5`: a crashed agent comes back; one that reported its outcome
+  exits 0 and stays down. A restarted agent reads its state file (`StateDirectory=spotrelay`, i.e.
+  `/var/lib/spotrelay`) and re-attaches to the job instead of starting it again.
+- `KillMode=process`: when the agent stops or crashes, systemd kills the agent only, never the job
+  (which lives in the unit's cgroup too). With `control-group` or `mixed`, an agent crash would take
+  the job down with it and there would be nothing to re-attach to. At shutdown the job still goes:
+  the system's final kill reaches every process.
+- `TimeoutStopSec=150`: a stop (the instance shutting down) lets a final checkpoint finish.
+- No secrets: the unit carries the table and bucket names (and the region); the job id and attempt
+  come from the instance's tags in IMDS, the task token from the attempt record in DynamoDB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+AGENT_UNIT_NAME = "spotrelay-agent.service"
+AGENT_EXEC_START = "/opt/spotrelay/venv/bin/spotrelay agent"
+
+SYSTEMD_UNIT_TEMPLATE = """\
+[Unit]
+Description=spotrelay agent: runs this instance's job attempt, checkpoints it to S3, heartbeats
+Wants=network-online.target
+After=network-online.target docker.service
+
+[Service]
+Type=simple
+{environment}ExecStart={exec_start}
+Restart=on-failure
+RestartSec=5
+KillMode=process
+TimeoutStopSec=150
+StateDirectory=spotrelay
+Environment=PYTHONUNBUFFERED=1
+StandardOutput=journal
+StandardError=journal
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def systemd_unit(environment: Mapping[str, str], exec_start: str = AGENT_EXEC_START) -> str:
+    """The agent's systemd unit, with `Environment=NAME=value` lines (table, bucket, region)."""
+    lines = "".join(f"Environment={name}={value}\n" for name, value in sorted(environment.items()))
+    return SYSTEMD_UNIT_TEMPLATE.format(environment=lines, exec_start=exec_start)

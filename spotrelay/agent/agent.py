@@ -1,0 +1,663 @@
+"""The worker agent: one job attempt on one instance, from restore to the report on the task token.
+
+    state file says reported?  -> nothing to do
+    attempt record (task token) -> heartbeats start (a thread: every `heartbeat_seconds`)
+    job not started yet:
+        previous attempt interrupted and its final checkpoint not committed? -> wait (bounded)
+        restore the pointer's checkpoint into checkpoint.dir (verified) -> SPOTRELAY_RESUMED=1|0
+        start the job (its own process group, under the supervisor) -> state file
+    job started by an earlier run of the agent -> re-attach (watch its pid and exit file)
+    every `poll_seconds`:
+        the job exited?              -> 0: SendTaskSuccess {"exit_code": 0}
+                                        n: SendTaskFailure JobFailed {"exit_code": n, "log_tail": ...}
+        spot/instance-action?        -> SIGTERM to the job's group, wait up to grace_seconds, SIGKILL,
+                                        final checkpoint (committed), SendTaskFailure SpotInterrupted
+                                        {"attempt", "checkpoint_seq", "committed", ...}
+        rebalance recommendation?    -> a checkpoint now (once per recommendation)
+        interval_minutes passed?     -> a periodic (incremental) checkpoint
+    a restore that fails verification -> SendTaskFailure CheckpointCorrupt; the job is not started
+
+Periodic and rebalance checkpoints run on a background thread, so the loop keeps polling IMDS while
+a large upload is in flight; a notice cancels such an upload (what it finished stays reusable) and
+the final checkpoint uploads only what is still missing.
+
+Racing attempts: the pointer only moves forward in (attempt, seq), so an old instance's late upload
+never moves it back. And before it restores, a new attempt waits while the previous attempt is
+interrupted (`interrupted_at` set) and its final checkpoint is not committed - the pointer is older
+than that attempt, or names one of its periodic checkpoints (manifests of final checkpoints say
+`final: true`) - up to `previous_checkpoint_wait_seconds` after the notice (the old instance is gone
+two minutes after it), so it resumes from the final checkpoint, not from the one before.
+
+The agent takes its collaborators as arguments (the DynamoDB store, the S3 storage, the task-token
+reporter, the instance metadata, the job runner), so tests drive it with moto and an IMDS stub.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spotrelay.agent.checkpointer import (
+    CheckpointCancelled,
+    Checkpointer,
+    CheckpointerState,
+    CheckpointPointers,
+    CheckpointResult,
+    CheckpointStorage,
+    CheckpointUnstable,
+)
+from spotrelay.agent.checkpoints import DEFAULT_REFRESH_AFTER, PROGRESS_FILE_NAME, CheckpointIntegrityError, tail_lines
+from spotrelay.agent.imds import ImdsError, InstanceAction, RebalanceRecommendation
+from spotrelay.agent.logs import JobLogger
+from spotrelay.agent.runner import (
+    JobRunner,
+    JobVanished,
+    RunningJob,
+    container_name,
+    job_command,
+    job_environment,
+)
+from spotrelay.agent.state import DEFAULT_STATE_DIR, AgentState, NoticeRecord, Outcome, OutcomeKind, StateFile
+from spotrelay.config import ERROR_CHECKPOINT_CORRUPT, ERROR_JOB_FAILED, ERROR_SPOT_INTERRUPTED
+from spotrelay.control.ports import CheckpointPointer, NotFoundError
+from spotrelay.models import Attempt, Job, JobSpec
+
+_Read = TypeVar("_Read")
+EXIT_POLL_SECONDS = 0.05  # how often the exit of a signalled job is checked
+OUTPUT_BYTES_PER_TICK = 4 * 1024 * 1024  # the job's output forwarded per poll, at most
+IMDS_ERROR_LOG_SECONDS = 60
+
+
+# --- ports ------------------------------------------------------------------------------------------
+
+
+class AgentStore(CheckpointPointers, Protocol):
+    """What the agent reads and writes in the job table (GetItem and a conditional PutItem only)."""
+
+    def get_job(self, job_id: str) -> tuple[Job, int]: ...
+
+    def get_attempt(self, job_id: str, attempt: int) -> Attempt: ...
+
+
+class InstanceMetadata(Protocol):
+    def instance_action(self) -> InstanceAction | None: ...
+
+    def rebalance_recommendation(self) -> RebalanceRecommendation | None: ...
+
+
+class TaskTokens(Protocol):
+    """Each returns False when the token is already closed."""
+
+    def heartbeat(self, task_token: str) -> bool: ...
+
+    def succeed(self, task_token: str, output: dict[str, Any]) -> bool: ...
+
+    def fail(self, task_token: str, error: str, cause: str) -> bool: ...
+
+
+# --- settings and results ---------------------------------------------------------------------------
+
+
+class AgentSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    state_dir: Path = DEFAULT_STATE_DIR
+    poll_seconds: float = Field(default=5.0, gt=0)
+    heartbeat_seconds: float = Field(default=60.0, gt=0)
+    previous_checkpoint_wait_seconds: float = Field(default=150.0, ge=0)
+    attempt_record_wait_seconds: float = Field(default=300.0, ge=0)
+    checkpoint_dir: Path | None = Field(default=None, description="instead of the spec's checkpoint.dir")
+    refresh_after: timedelta | None = DEFAULT_REFRESH_AFTER
+    log_tail_lines: int = Field(default=20, ge=0)
+    kill_wait_seconds: float = Field(default=10.0, gt=0)
+
+
+class AgentResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    outcome: Outcome | None  # None: the agent was stopped and left the job running (re-attach later)
+    already_reported: bool = False
+    reattached: bool = False
+    restored: tuple[int, int] | None = None  # (attempt, seq) of the checkpoint restored
+    checkpoints: tuple[CheckpointResult, ...] = ()
+
+
+class AgentError(Exception):
+    """The agent cannot go on (no attempt record, no task token): exit non-zero, systemd retries."""
+
+
+class AgentStopped(Exception):
+    """`Agent.stop()` was called: leave the job running, keep the state file, return."""
+
+
+@dataclass(frozen=True)
+class _Exited:
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class _Vanished:
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Interrupted:
+    notice: NoticeRecord
+    exit_code: int | None
+    checkpoint: CheckpointResult | None
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _OutputTail:
+    """Forwards the job's new log lines to the agent's log."""
+
+    def __init__(self, path: Path, log: JobLogger, from_end: bool) -> None:
+        self.path = path
+        self.log = log
+        self.offset = path.stat().st_size if from_end and path.exists() else 0
+        self.partial = b""
+
+    def forward(self, limit: int = OUTPUT_BYTES_PER_TICK) -> None:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read(limit)
+        except OSError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            self.log.info("job output", extra={"line": line.decode("utf-8", errors="replace")[:4000]})
+
+    def drain(self) -> None:
+        for _ in range(4):  # bounded: at most 16 MiB at the end
+            before = self.offset
+            self.forward()
+            if self.offset == before:
+                break
+        if self.partial:
+            self.log.info("job output", extra={"line": self.partial.decode("utf-8", errors="replace")[:4000]})
+            self.partial = b""
+
+
+# --- the agent --------------------------------------------------------------------------------------
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        attempt: int,
+        store: AgentStore,
+        storage: CheckpointStorage,
+        tokens: TaskTokens,
+        metadata: InstanceMetadata,
+        settings: AgentSettings | None = None,
+        runner: JobRunner | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.store = store
+        self.storage = storage
+        self.tokens = tokens
+        self.metadata = metadata
+        self.settings = settings or AgentSettings()
+        self.runner = runner or JobRunner()
+        self.clock = clock
+        self.log = JobLogger(job_id, attempt)
+        self.state_file = StateFile(self.settings.state_dir, job_id, attempt)
+        self.state = AgentState(job_id=job_id, attempt=attempt)
+        self._state_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat_stop = threading.Event()
+        self._heartbeats: threading.Thread | None = None
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._in_flight: Future[CheckpointResult] | None = None
+        self._in_flight_cancel = threading.Event()
+        self._next_periodic = 0.0
+        self._results: list[CheckpointResult] = []
+        self._imds_errors: dict[str, float] = {}  # error -> when it was last logged
+        self._finality: dict[str, bool] = {}  # manifest key -> is it an attempt's final checkpoint
+        self.spec: JobSpec | None = None
+        self.checkpointer: Checkpointer | None = None
+        self._output: _OutputTail | None = None
+
+    # --- control ------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Leave at the next poll with the job still running (SIGTERM to the agent, or a test)."""
+        self._stop.set()
+
+    def run(self) -> AgentResult:
+        loaded = self.state_file.load()
+        if loaded is not None and loaded.outcome is not None:
+            self.log.info("outcome already reported: nothing to do", extra={"outcome": loaded.outcome.kind})
+            return AgentResult(outcome=loaded.outcome, already_reported=True)
+        if loaded is not None:
+            self.state = loaded
+        try:
+            job, _ = self.store.get_job(self.job_id)
+        except NotFoundError as e:
+            raise AgentError(f"job {self.job_id} is not in the table") from e
+        self.spec = job.spec
+        checkpoint_dir = self.settings.checkpoint_dir or Path(job.spec.checkpoint.dir)
+        self.checkpointer = Checkpointer(
+            job_id=self.job_id,
+            attempt=self.attempt,
+            checkpoint_dir=checkpoint_dir,
+            storage=self.storage,
+            pointers=self.store,
+            state=self.state.checkpoints.model_copy(deep=True),  # the checkpointer's own, saved as snapshots
+            persist=self._save_checkpoints,
+            refresh_after=self.settings.refresh_after,
+            clock=self.clock,
+        )
+        record = self._wait_for_attempt_record()
+        token = record.task_token
+        assert token is not None
+        if self.state.process is None:
+            stale = self._stale(job, record)
+            if stale is not None:
+                self.log.warning("not starting the job", extra={"reason": stale})
+                outcome = Outcome(kind="stale", cause={"reason": stale}, reported_at=self.clock())
+                self._update(outcome=outcome)
+                return AgentResult(outcome=outcome)
+        self._start_heartbeats(token)
+        try:
+            return self._run(token)
+        except AgentStopped:
+            self.log.info("agent stopped; the job keeps running and the next agent re-attaches")
+            return AgentResult(outcome=None, checkpoints=tuple(self._results))
+        finally:
+            self._stop_heartbeats()
+            self._in_flight_cancel.set()
+            self._background.shutdown(wait=True)
+
+    def _run(self, token: str) -> AgentResult:
+        assert self.checkpointer is not None
+        restored: tuple[int, int] | None = None
+        reattached = self.state.process is not None
+        if self.state.process is None:
+            self._wait_for_previous_attempt()
+            pointer = self.store.get_checkpoint(self.job_id)
+            try:
+                manifest = self.checkpointer.restore(pointer)
+            except CheckpointIntegrityError as e:
+                self.log.error(
+                    "the checkpoint fails verification: not resuming from it", extra={"problems": e.problems}
+                )
+                cause = {"attempt": self.attempt, "checkpoint": e.where, "problems": e.problems[:20]}
+                return self._finish(token, "corrupt", ERROR_CHECKPOINT_CORRUPT, cause)
+            if manifest is not None:
+                restored = (manifest.attempt, manifest.seq)
+                self.log.info(
+                    "checkpoint restored",
+                    extra={
+                        "checkpoint": f"{manifest.attempt}-{manifest.seq}",
+                        "files": len(manifest.files),
+                        "bytes": manifest.total_bytes,
+                    },
+                )
+            self.checkpointer.follow_pointer(pointer)
+            job = self._start_job(resumed=manifest is not None)
+            self._update(process=job.record, resumed=manifest is not None)
+            self._output = _OutputTail(job.record.log_file, self.log, from_end=False)
+        else:
+            assert self.state.process is not None
+            job = self.runner.attach(self.state.process)
+            self._output = _OutputTail(job.record.log_file, self.log, from_end=True)
+            self.log.info("re-attached to the running job", extra={"pid": job.pid})
+
+        ended = self._interrupt(job, self.state.notice) if self.state.notice is not None else self._watch(job)
+        self._output.drain()
+        result = self._report(token, ended)
+        return result.model_copy(update={"restored": restored, "reattached": reattached})
+
+    # --- before the job -----------------------------------------------------------------------------
+
+    def _wait_for_attempt_record(self) -> Attempt:
+        """The attempt record with its task token: launch writes it right after RunInstances returns,
+        so an agent that boots fast may look before it exists."""
+        deadline = time.monotonic() + self.settings.attempt_record_wait_seconds
+        while True:
+            try:
+                record = self.store.get_attempt(self.job_id, self.attempt)
+            except NotFoundError:
+                record = None
+            if record is not None and record.task_token:
+                return record
+            if time.monotonic() >= deadline:
+                raise AgentError(f"attempt {self.attempt} of job {self.job_id} has no record with a task token")
+            if self._stop.wait(self.settings.poll_seconds):
+                raise AgentError("stopped while waiting for the attempt record")
+
+    def _stale(self, job: Job, record: Attempt) -> str | None:
+        if job.cancel_requested or job.state.is_terminal:
+            return f"the job is {job.state}{' (cancel requested)' if job.cancel_requested else ''}"
+        if record.outcome is not None:
+            return f"attempt {self.attempt} has already ended ({record.outcome})"
+        return None
+
+    def _wait_for_previous_attempt(self) -> None:
+        """Wait while the previous attempt is interrupted and its final checkpoint is not committed:
+        the pointer is older than that attempt, or names one of its checkpoints that is not the
+        final one (its manifest says). Bounded by `previous_checkpoint_wait_seconds` after its notice."""
+        if self.attempt <= 1:
+            return
+        try:
+            previous = self.store.get_attempt(self.job_id, self.attempt - 1)
+        except NotFoundError:
+            return
+        if previous.interrupted_at is None:
+            return
+        deadline = previous.interrupted_at + timedelta(seconds=self.settings.previous_checkpoint_wait_seconds)
+        announced = False
+        while True:
+            pointer = self.store.get_checkpoint(self.job_id)
+            if pointer is not None and self._after_final_of(previous.attempt, pointer):
+                if announced:
+                    self.log.info(
+                        "the previous attempt's final checkpoint is committed",
+                        extra={"checkpoint": f"{pointer.attempt}-{pointer.seq}"},
+                    )
+                return
+            remaining = (deadline - self.clock()).total_seconds()
+            if remaining <= 0:
+                self.log.warning(
+                    "the previous attempt committed no final checkpoint in time: restoring the latest there is",
+                    extra={"previous_attempt": previous.attempt, "interrupted_at": previous.interrupted_at.isoformat()},
+                )
+                return
+            if not announced:
+                self.log.info(
+                    "waiting for the interrupted previous attempt's final checkpoint",
+                    extra={"previous_attempt": previous.attempt, "wait_seconds": round(remaining, 1)},
+                )
+                announced = True
+            if self._stop.wait(min(self.settings.poll_seconds, remaining)):
+                raise AgentStopped
+
+    def _after_final_of(self, attempt: int, pointer: CheckpointPointer) -> bool:
+        """Whether the pointer is at or past `attempt`'s final checkpoint."""
+        if pointer.attempt != attempt:
+            return pointer.attempt > attempt
+        if pointer.manifest_key not in self._finality:
+            try:
+                self._finality[pointer.manifest_key] = self.storage.read_manifest(pointer.manifest_key).final
+            except CheckpointIntegrityError:
+                return True  # nothing to wait for: the restore reports it
+        return self._finality[pointer.manifest_key]
+
+    def _start_job(self, *, resumed: bool) -> RunningJob:
+        assert self.spec is not None
+        assert self.checkpointer is not None
+        run = self.spec.run
+        checkpoint_dir = self.checkpointer.dir
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        env = job_environment(
+            run,
+            job_id=self.job_id,
+            attempt=self.attempt,
+            checkpoint_dir=checkpoint_dir,
+            resumed=resumed,
+            progress_file=checkpoint_dir / PROGRESS_FILE_NAME,
+        )
+        argv = job_command(run, job_id=self.job_id, attempt=self.attempt, checkpoint_dir=checkpoint_dir)
+        exit_file, log_file = self.state_file.job_files()
+        job = self.runner.start(
+            argv,
+            env,
+            exit_file=exit_file,
+            log_file=log_file,
+            started_at=self.clock(),
+            container=container_name(self.job_id, self.attempt) if run.image is not None else None,
+        )
+        self.log.info(
+            "job started",
+            extra={"pid": job.pid, "resumed": resumed, "container": run.image is not None, "log_file": str(log_file)},
+        )
+        return job
+
+    # --- while the job runs -------------------------------------------------------------------------
+
+    def _watch(self, job: RunningJob) -> _Exited | _Vanished | _Interrupted:
+        assert self.spec is not None
+        assert self._output is not None
+        interval = self.spec.checkpoint.interval_minutes * 60
+        self._next_periodic = time.monotonic() + interval
+        pending: str | None = None
+        while True:
+            if self._collect_background():
+                self._next_periodic = time.monotonic() + interval  # counted from the end of the last one
+            self._output.forward()
+            try:
+                code = job.exit_code()
+            except JobVanished as e:
+                self._drop_background()
+                return _Vanished(str(e))
+            if code is not None:
+                self._drop_background()
+                return _Exited(code)
+            action = self._poll_imds(self.metadata.instance_action)
+            if action is not None:
+                notice = NoticeRecord(action=action.action, time=action.time, seen_at=self.clock())
+                self._update(notice=notice)
+                return self._interrupt(job, notice)
+            rebalance = self._poll_imds(self.metadata.rebalance_recommendation)
+            if rebalance is not None and rebalance.notice_time != self.state.rebalance_handled:
+                self.log.info(
+                    "rebalance recommendation: checkpointing early", extra={"notice_time": rebalance.notice_time}
+                )
+                self._update(rebalance_handled=rebalance.notice_time)
+                pending = "rebalance"
+            if pending is None and self._in_flight is None and time.monotonic() >= self._next_periodic:
+                pending = "periodic"
+            if pending is not None and self._in_flight is None:
+                self._start_background(pending)
+                pending = None
+            if self._stop.wait(self.settings.poll_seconds):
+                raise AgentStopped
+
+    def _poll_imds(self, read: Callable[[], _Read]) -> _Read | None:
+        """IMDS's answer; None when IMDS does not answer (logged at most once a minute per error)."""
+        try:
+            return read()
+        except ImdsError as e:
+            now = time.monotonic()
+            if now - self._imds_errors.get(str(e), -IMDS_ERROR_LOG_SECONDS) >= IMDS_ERROR_LOG_SECONDS:
+                self.log.warning("IMDS did not answer", extra={"error": str(e)})
+                self._imds_errors[str(e)] = now
+            return None
+
+    def _start_background(self, reason: str) -> None:
+        assert self.checkpointer is not None
+        self._in_flight_cancel = threading.Event()
+        cancel = self._in_flight_cancel
+        checkpointer = self.checkpointer
+        self.log.info("checkpoint started", extra={"reason": reason})
+        self._in_flight = self._background.submit(lambda: checkpointer.take(reason, cancel=cancel))
+
+    def _collect_background(self, wait: bool = False) -> bool:
+        """Log the background checkpoint's result once it is done; True if one finished."""
+        future = self._in_flight
+        if future is None or (not wait and not future.done()):
+            return False
+        self._in_flight = None
+        try:
+            result = future.result()
+        except (CheckpointCancelled, CheckpointUnstable) as e:
+            self.log.info("checkpoint dropped", extra={"reason": str(e)})
+            return True
+        except Exception:
+            self.log.exception("checkpoint failed; the next one will try again")
+            return True
+        self._log_checkpoint(result)
+        return True
+
+    def _drop_background(self) -> None:
+        """Cancel a periodic checkpoint in flight and wait for it to stop."""
+        if self._in_flight is not None:
+            self._in_flight_cancel.set()
+            self._collect_background(wait=True)
+
+    def _log_checkpoint(self, result: CheckpointResult) -> None:
+        self._results.append(result)
+        if result.skipped is not None:
+            self.log.info("checkpoint skipped", extra={"reason": result.reason, "why": result.skipped})
+            return
+        self.log.info(
+            "checkpoint committed" if result.committed else "checkpoint written but not committed: a newer one exists",
+            extra={
+                "reason": result.reason,
+                "seq": result.seq,
+                "files": result.files,
+                "uploaded_files": len(result.uploaded),
+                "uploaded_bytes": result.uploaded_bytes,
+                "copied_files": len(result.copied),
+                "reused_files": result.reused,
+                "total_bytes": result.total_bytes,
+                "work_done_hours": result.work_done_hours,
+                "seconds": result.seconds,
+            },
+        )
+
+    # --- the notice ---------------------------------------------------------------------------------
+
+    def _interrupt(self, job: RunningJob, notice: NoticeRecord) -> _Interrupted:
+        assert self.spec is not None
+        assert self.checkpointer is not None
+        grace = self.spec.checkpoint.grace_seconds
+        self.log.warning(
+            "spot interruption notice: stopping the job and checkpointing",
+            extra={"action": notice.action, "action_time": notice.time, "grace_seconds": grace},
+        )
+        ended, code = self._exit_status(job)
+        if not ended:
+            job.terminate()
+            left = grace - (self.clock() - notice.seen_at).total_seconds()
+            ended, code = self._wait_for_exit(job, left)
+            if not ended:
+                self.log.warning("the job did not exit within grace_seconds: SIGKILL", extra={"grace_seconds": grace})
+                job.kill()
+                ended, code = self._wait_for_exit(job, self.settings.kill_wait_seconds)
+        self.log.info("the job has stopped", extra={"exit_code": code, "stopped": ended})
+        self._drop_background()
+        try:
+            result: CheckpointResult | None = self.checkpointer.take("final", final=True)
+        except Exception:
+            self.log.exception("the final checkpoint failed")
+            result = None
+        if result is not None:
+            self._log_checkpoint(result)
+        return _Interrupted(notice=notice, exit_code=code, checkpoint=result)
+
+    def _exit_status(self, job: RunningJob) -> tuple[bool, int | None]:
+        try:
+            code = job.exit_code()
+        except JobVanished:
+            return True, None
+        return code is not None, code
+
+    def _wait_for_exit(self, job: RunningJob, seconds: float) -> tuple[bool, int | None]:
+        deadline = time.monotonic() + max(0.0, seconds)
+        while True:
+            ended, code = self._exit_status(job)
+            if ended or time.monotonic() >= deadline:
+                return ended, code
+            time.sleep(EXIT_POLL_SECONDS)
+
+    # --- the report ---------------------------------------------------------------------------------
+
+    def _report(self, token: str, ended: _Exited | _Vanished | _Interrupted) -> AgentResult:
+        if isinstance(ended, _Interrupted):
+            checkpoint = ended.checkpoint
+            cause: dict[str, Any] = {
+                "attempt": self.attempt,
+                "checkpoint_seq": checkpoint.seq if checkpoint is not None and checkpoint.committed else None,
+                "committed": checkpoint is not None and checkpoint.committed,
+                "instance_action": ended.notice.action,
+                "action_time": ended.notice.time,
+                "exit_code": ended.exit_code,
+            }
+            return self._finish(token, "interrupted", ERROR_SPOT_INTERRUPTED, cause, exit_code=ended.exit_code)
+        assert self._output is not None
+        tail = "\n".join(tail_lines(self._output.path, self.settings.log_tail_lines))
+        if isinstance(ended, _Vanished):
+            cause = {"exit_code": None, "reason": ended.reason, "log_tail": tail}
+            return self._finish(token, "vanished", ERROR_JOB_FAILED, cause)
+        if ended.exit_code == 0:
+            return self._finish(token, "succeeded", None, {"exit_code": 0}, exit_code=0)
+        cause = {"exit_code": ended.exit_code, "log_tail": tail}
+        return self._finish(token, "failed", ERROR_JOB_FAILED, cause, exit_code=ended.exit_code)
+
+    def _finish(
+        self,
+        token: str,
+        kind: OutcomeKind,
+        error: str | None,
+        cause: dict[str, Any],
+        exit_code: int | None = None,
+    ) -> AgentResult:
+        self._stop_heartbeats()
+        if error is None:
+            accepted = self.tokens.succeed(token, cause)
+        else:
+            accepted = self.tokens.fail(token, error, json.dumps(cause, sort_keys=True))
+        outcome = Outcome(
+            kind=kind, exit_code=exit_code, error=error, cause=cause, token_accepted=accepted, reported_at=self.clock()
+        )
+        self._update(outcome=outcome)
+        self.log.info(
+            "reported on the task token" if accepted else "the task token was already closed: outcome kept locally",
+            extra={"outcome": kind, "error": error, "exit_code": exit_code},
+        )
+        return AgentResult(outcome=outcome, checkpoints=tuple(self._results))
+
+    # --- heartbeats ---------------------------------------------------------------------------------
+
+    def _start_heartbeats(self, token: str) -> None:
+        self._heartbeat_stop.clear()
+        self._heartbeats = threading.Thread(target=self._heartbeat_loop, args=(token,), name="heartbeat", daemon=True)
+        self._heartbeats.start()
+
+    def _stop_heartbeats(self) -> None:
+        self._heartbeat_stop.set()
+        if self._heartbeats is not None and self._heartbeats is not threading.current_thread():
+            self._heartbeats.join(timeout=30)
+
+    def _heartbeat_loop(self, token: str) -> None:
+        while not self._heartbeat_stop.is_set():
+            try:
+                open_token = self.tokens.heartbeat(token)
+            except Exception as e:
+                self.log.warning("heartbeat failed", extra={"error": str(e)})
+                open_token = True
+            if not open_token:
+                self.log.info("the task token is closed: no more heartbeats")
+                return
+            if self._heartbeat_stop.wait(self.settings.heartbeat_seconds):
+                return
+
+    # --- state --------------------------------------------------------------------------------------
+
+    def _update(self, **changes: Any) -> None:
+        with self._state_lock:
+            self.state = self.state.model_copy(update=changes)
+            self.state_file.save(self.state)
+
+    def _save_checkpoints(self, checkpoints: CheckpointerState) -> None:
+        self._update(checkpoints=checkpoints)

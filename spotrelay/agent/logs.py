@@ -1,0 +1,62 @@
+"""Structured logs: one JSON object per line on stdout, each carrying the job id and attempt.
+
+systemd sends the agent's stdout to the journal, from which the instance ships it to CloudWatch
+Logs. A line looks like
+
+    {"time": "2026-11-30T12:00:05.123Z", "level": "INFO", "message": "checkpoint committed",
+     "job_id": "job-1", "attempt": 2, "seq": 3, "uploaded_files": 1, ...}
+
+Call sites log a fixed message with the details as `extra={...}` (never an f-string of the payload).
+The job's own output is forwarded line by line as `{"message": "job output", "line": ...}`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import MutableMapping
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+LOGGER_NAME = "spotrelay.agent"
+_RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "taskName"}
+
+
+class JsonLineFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname,
+            "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and not key.startswith("_"):
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+class JobLogger(logging.LoggerAdapter[logging.Logger]):
+    """A logger whose every line carries `job_id` and `attempt`, merged with the call's `extra`."""
+
+    def __init__(self, job_id: str, attempt: int, logger: logging.Logger | None = None) -> None:
+        super().__init__(logger or logging.getLogger(LOGGER_NAME), {"job_id": job_id, "attempt": attempt})
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(kwargs.get("extra") or {}), **(self.extra or {})}
+        return msg, kwargs
+
+
+def configure_json_logging(stream: TextIO | None = None, level: int = logging.INFO) -> logging.Handler:
+    """Send the agent's logs to `stream` (stdout) as JSON lines; returns the handler."""
+    handler = logging.StreamHandler(stream or sys.stdout)
+    handler.setFormatter(JsonLineFormatter())
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False
+    return handler

@@ -1,0 +1,137 @@
+"""`spotrelay agent`: wire the agent to IMDS, DynamoDB, S3 and Step Functions, and run it.
+
+Identity: `--job-id`/`--attempt`, or the instance's tags `spotrelay:job-id` / `spotrelay:attempt`
+read from IMDS (the launch template enables instance tags in metadata). Names: `--bucket`/`--table`
+or `SPOTRELAY_BUCKET`/`SPOTRELAY_TABLE` (the unit's environment; not secrets). Region: `--region`,
+`AWS_REGION`/`AWS_DEFAULT_REGION`, else IMDS `placement/region`. The task token is read from the
+attempt record in DynamoDB, never from user data. Credentials are the instance profile's (boto3's
+default chain); `AWS_ENDPOINT_URL` points every client at another endpoint (moto in tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+
+from pydantic import BaseModel, ConfigDict
+
+from spotrelay.agent.agent import Agent, AgentError, AgentSettings
+from spotrelay.agent.imds import DEFAULT_ENDPOINT, ImdsClient, ImdsError
+from spotrelay.agent.logs import JobLogger, configure_json_logging
+from spotrelay.agent.state import DEFAULT_STATE_DIR
+from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
+
+IDENTITY_WAIT_SECONDS = 60.0
+
+
+class AgentOptions(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str | None = None
+    attempt: int | None = None
+    bucket: str
+    table: str
+    imds_endpoint: str = DEFAULT_ENDPOINT
+    region: str | None = None
+    poll_seconds: float = 5.0
+    heartbeat_seconds: float = 60.0
+    state_dir: Path = DEFAULT_STATE_DIR
+    checkpoint_dir: Path | None = None
+    previous_checkpoint_wait_seconds: float = 150.0
+
+
+class IdentityError(Exception):
+    pass
+
+
+def identity_from_tags(imds: ImdsClient, wait_seconds: float = IDENTITY_WAIT_SECONDS) -> tuple[str, int]:
+    """(job id, attempt) from the instance's tags; retried for a while (IMDS may lag at boot)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        problem: str
+        try:
+            job_id, attempt = imds.instance_tag(TAG_JOB_ID), imds.instance_tag(TAG_ATTEMPT)
+            if job_id and attempt and attempt.strip().isdigit():
+                return job_id.strip(), int(attempt)
+            problem = f"instance tags {TAG_JOB_ID}={job_id!r}, {TAG_ATTEMPT}={attempt!r}"
+        except ImdsError as e:
+            problem = str(e)
+        if time.monotonic() >= deadline:
+            raise IdentityError(f"no job identity in IMDS ({problem}); pass --job-id and --attempt")
+        time.sleep(2.0)
+
+
+def run_agent(options: AgentOptions) -> int:
+    """Run the agent to the end; the process exit code (non-zero: systemd restarts the agent)."""
+    import boto3
+    from botocore.config import Config
+
+    from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
+    from spotrelay.aws.checkpoints import S3CheckpointStorage
+    from spotrelay.aws.store import DynamoJobStore
+
+    configure_json_logging()
+    imds = ImdsClient(options.imds_endpoint)
+    if options.job_id is not None and options.attempt is not None:
+        job_id, attempt = options.job_id, options.attempt
+    else:
+        try:
+            job_id, attempt = identity_from_tags(imds)
+        except IdentityError as e:
+            logging.getLogger("spotrelay.agent").error("no job identity", extra={"error": str(e)})
+            return 2
+    log = JobLogger(job_id, attempt)
+    region = options.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region is None:
+        try:
+            region = imds.region()
+        except ImdsError as e:
+            log.warning("no region from IMDS", extra={"error": str(e)})
+    config = Config(region_name=region, retries={"mode": "standard", "max_attempts": 10})
+    session = boto3.session.Session()
+    agent = Agent(
+        job_id=job_id,
+        attempt=attempt,
+        store=DynamoJobStore(options.table, session.client("dynamodb", config=config)),
+        storage=S3CheckpointStorage(session.client("s3", config=config), options.bucket),
+        tokens=StepFunctionsTaskTokens(session.client("stepfunctions", config=config)),
+        metadata=imds,
+        settings=AgentSettings(
+            state_dir=options.state_dir,
+            poll_seconds=options.poll_seconds,
+            heartbeat_seconds=options.heartbeat_seconds,
+            checkpoint_dir=options.checkpoint_dir,
+            previous_checkpoint_wait_seconds=options.previous_checkpoint_wait_seconds,
+        ),
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("agent signalled: leaving the job running", extra={"signal": signal.Signals(signum).name})
+        agent.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info(
+        "agent starting",
+        extra={"bucket": options.bucket, "table": options.table, "region": region, "state_dir": str(options.state_dir)},
+    )
+    try:
+        result = agent.run()
+    except AgentError as e:
+        log.error("agent cannot go on", extra={"error": str(e)})
+        return 1
+    except Exception:
+        log.exception("agent failed")
+        return 1
+    log.info(
+        "agent done",
+        extra={
+            "outcome": result.outcome.kind if result.outcome is not None else "detached",
+            "already_reported": result.already_reported,
+        },
+    )
+    return 0

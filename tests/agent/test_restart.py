@@ -1,0 +1,148 @@
+"""`spotrelay agent` as systemd runs it, in its own process, against moto in server mode: it learns
+its job from the instance tags in IMDS, survives being killed, and never runs the job twice."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
+
+from .conftest import BUCKET, JOB_ID, REGION, ROLE_ARN, RUN_ONLY, TABLE, World, aws_environment, create_table, job_spec
+from .imds_stub import ImdsStub
+from .jobs import wait_until, write_job
+
+AGENT = "from spotrelay.cli import main; main()"
+
+
+def moto_config(endpoint: str, execute: bool) -> None:
+    request = urllib.request.Request(
+        f"{endpoint}/moto-api/config",
+        data=json.dumps({"stepfunctions": {"execute_state_machine": execute}}).encode(),
+        method="POST",
+    )
+    urllib.request.urlopen(request, timeout=5).close()
+
+
+@pytest.fixture
+def server_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, imds: ImdsStub) -> Iterator[World]:
+    """The same resources as `world`, in a moto server that other processes reach over HTTP."""
+    aws_environment(monkeypatch)
+    werkzeug = logging.getLogger("werkzeug")  # one line per request otherwise
+    monkeypatch.setattr(werkzeug, "level", logging.WARNING)
+    server = ThreadedMotoServer(ip_address="localhost", port=0, verbose=False)
+    server.start()
+    port = server.get_host_and_port()[1]
+    endpoint = f"http://localhost:{port}"
+    monkeypatch.setenv("MOTO_PORT", str(port))  # where moto's own Step Functions -> SQS calls go
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=5).close()
+    moto_config(endpoint, execute=True)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    try:
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        create_table(dynamodb)
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        sqs = boto3.client("sqs", region_name=REGION)
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.create_state_machine(name="RunOnly", definition=json.dumps(RUN_ONLY), roleArn=ROLE_ARN)
+        yield World(
+            dynamodb=dynamodb,
+            s3=s3,
+            sfn=sfn,
+            sqs=sqs,
+            state_machine_arn=arn["stateMachineArn"],
+            token_queue_url=sqs.create_queue(QueueName="spotrelay-task-tokens")["QueueUrl"],
+            tmp_path=tmp_path,
+        )
+    finally:
+        moto_config(endpoint, execute=False)
+        server.stop()
+
+
+class AgentProcess:
+    """`spotrelay agent` in a child process, its output in a file."""
+
+    def __init__(self, name: str, tmp_path: Path, imds: ImdsStub) -> None:
+        self.output = tmp_path / f"{name}.out"
+        env = {**os.environ, "SPOTRELAY_TABLE": TABLE, "SPOTRELAY_BUCKET": BUCKET}
+        with self.output.open("wb") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    AGENT,
+                    "agent",
+                    "--imds-endpoint",
+                    imds.endpoint,
+                    "--state-dir",
+                    str(tmp_path / "state"),
+                    "--checkpoint-dir",
+                    str(tmp_path / "ckpt"),
+                    "--poll-seconds",
+                    "0.05",
+                    "--heartbeat-seconds",
+                    "1",
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def lines(self) -> list[dict[str, object]]:
+        return [json.loads(line) for line in self.output.read_text().splitlines() if line.startswith("{")]
+
+    def logged(self, message: str) -> bool:
+        return any(line.get("message") == message for line in self.lines())
+
+    def wait(self, seconds: float = 30) -> int:
+        try:
+            return self.process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError(f"the agent did not exit; its output:\n{self.output.read_text()}") from None
+
+
+def test_a_restarted_agent_reattaches_to_the_running_job_instead_of_running_it_again(
+    server_world: World, imds: ImdsStub, tmp_path: Path
+) -> None:
+    # Given an instance tagged with attempt 1 of a job, and its agent running the job
+    world = server_world
+    command, control = write_job(tmp_path)
+    world.submit(job_spec(command, Path("/not-used-the-agent-gets-a-checkpoint-dir")))
+    world.add_attempt(1, world.open_task("run-1"))
+    imds.tags = {TAG_JOB_ID: JOB_ID, TAG_ATTEMPT: "1"}
+    first = AgentProcess("agent-1", tmp_path, imds)
+    wait_until((control / "ready-1").exists, what="the job to start")
+    job_pid = next(line["pid"] for line in first.lines() if line.get("message") == "job started")
+
+    # When the agent is killed (systemd restarts it) and starts again
+    first.process.kill()
+    first.wait()
+    second = AgentProcess("agent-2", tmp_path, imds)
+    wait_until(lambda: second.logged("re-attached to the running job"), what="the restarted agent to re-attach")
+
+    # Then it watches the same job to its end and reports it; the job ran once
+    (control / "exit-1").write_text("0")
+    assert second.wait() == 0
+    assert world.execution("run-1")["status"] == "SUCCEEDED"
+    assert (control / "runs.log").read_text().splitlines() == ["attempt 1 resumed=0"]
+    assert all(line["job_id"] == JOB_ID and line["attempt"] == 1 for line in second.lines())
+    reattached = next(line for line in second.lines() if line.get("message") == "re-attached to the running job")
+    assert reattached["pid"] == job_pid
+
+    # When the agent starts once more (a reboot of the service), Then it does nothing
+    third = AgentProcess("agent-3", tmp_path, imds)
+    assert third.wait() == 0
+    assert third.logged("outcome already reported: nothing to do")
+    assert (control / "runs.log").read_text().splitlines() == ["attempt 1 resumed=0"]
