@@ -58,6 +58,11 @@ bench-place: $(STAMP)
 bench-agent: $(STAMP)
 	$(BIN)/python -m spotrelay.agent.bench
 
+## bench: the cost benchmark on the shared spot traces (../shared/data): all policies -> BENCHMARKS.md
+.PHONY: bench
+bench: $(STAMP)
+	$(BIN)/python -m spotrelay.bench.suite --data ../shared/data --out BENCHMARKS.md
+
 ## lock: re-resolve requirements.lock from pyproject.toml (needs network to PyPI)
 lock:
 	$(BIN)/python -m pip install --quiet uv

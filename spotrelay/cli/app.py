@@ -234,5 +234,85 @@ def agent_command(
     raise typer.Exit(code)
 
 
+@app.command("bench")
+def bench_command(
+    traces: Annotated[
+        list[Path],
+        typer.Option(
+            "--traces",
+            metavar="DIR",
+            help="availability traces, one <zone>_<label>.json per pool (repeat to combine directories)",
+        ),
+    ],
+    prices: Annotated[
+        Path | None,
+        typer.Option(
+            "--prices",
+            metavar="FILE",
+            help="spot price history (training-on-a-dime CSV) or PRICES.csv; default: on-demand x Advisor savings",
+        ),
+    ] = None,
+    workload: Annotated[
+        str | None,
+        typer.Option("--workload", metavar="NAME|FILE", help="cant-be-late, cant-be-late-multi, fleet, or a YAML file"),
+    ] = None,
+    policies: Annotated[
+        str,
+        typer.Option(
+            "--policies",
+            metavar="a,b,...",
+            help="policies to compare (also: the what-if variants spotrelay+overhead, spotrelay+migrate)",
+        ),
+    ] = "on-demand,greedy,uniform-progress,skypilot-eager,spotrelay,omniscient",
+    seed: Annotated[int, typer.Option("--seed", help="seed of the fleet workload's generator")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", metavar="OUT.png", help="cost vs deadline misses, and one job's timeline")
+    ] = None,
+    advisor: Annotated[
+        Path | None,
+        typer.Option("--advisor", help="Spot Instance Advisor CSV: interruption bands and savings"),
+    ] = None,
+    region: Annotated[str, typer.Option("--region", help="region of the --advisor bands")] = "us-east-1",
+    processes: Annotated[
+        int | None, typer.Option("--processes", min=1, help="worker processes (default: up to 2)")
+    ] = None,
+) -> None:
+    """Replay real spot traces through the policies (spotrelay's own placement and recovery code among
+    them) and compare their cost, deadline misses and completion times."""
+    from spotrelay.bench.plot import write_plot
+    from spotrelay.bench.report import print_tables, to_json
+    from spotrelay.bench.suite import parse_policies, run_suite
+    from spotrelay.bench.workloads import WorkloadError
+
+    try:
+        chosen = parse_policies(policies)
+        result = run_suite(
+            traces,
+            prices=prices,
+            workload=workload,
+            policies=chosen,
+            seed=seed,
+            advisor=advisor,
+            region=region,
+            processes=processes,
+        )
+    except WorkloadError as e:
+        fail(str(e))
+    if as_json:
+        sys.stdout.write(json.dumps(to_json(result.runs), indent=2) + "\n")
+    else:
+        # A pipe gets the whole table (rich would squeeze it into 80 columns).
+        print_tables(out if out.is_terminal else Console(highlight=False, width=160), result.runs)
+    for note in result.notes:
+        err.print(f"note: {note}", markup=False, soft_wrap=True)
+    if plot is not None:
+        try:
+            write_plot(plot, result.runs)
+        except OSError as e:
+            fail(f"--plot {plot}: cannot write: {e.strerror}")
+        err.print(f"wrote {plot}", markup=False)
+
+
 def main() -> None:
     app()

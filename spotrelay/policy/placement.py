@@ -31,6 +31,9 @@ from spotrelay.policy.market_choice import MarketAction, MarketDecision, uniform
 # Boot, image pull and checkpoint restore after a relaunch. The Can't Be Late paper evaluates
 # restart overheads of 0.05 h and 0.2 h; we take a middle value unless told otherwise.
 DEFAULT_RESTART_OVERHEAD_HOURS = 0.1
+# A pool that finishes exactly at the deadline is feasible: sums of hours carry floating-point rounding
+# (3.2 + 0.1 > 3.3 in binary), which must not turn "just in time" into "rejected for the deadline".
+DEADLINE_ROUNDING_HOURS = 1e-9
 
 
 class RankedPool(BaseModel):
@@ -209,7 +212,7 @@ def place(
             return None
         speed = relative_speed(INSTANCE_TYPES[pool.instance_type])
         run_hours = remaining_work_hours / speed
-        if time_left is not None and run_hours + restart_overhead_hours > time_left:
+        if time_left is not None and run_hours + restart_overhead_hours > time_left + DEADLINE_ROUNDING_HOURS:
             rejected.append(
                 Rejection(
                     pool=pool,

@@ -1,0 +1,647 @@
+"""Workloads: the jobs a benchmark replays, and the market they run on.
+
+Inputs (`BenchInputs`): availability traces (`--traces DIR`, repeatable: one `<zone>_<label>.json` per
+pool, the Can't Be Late spot-traces format), optionally a price file (`--prices`: a training-on-a-dime
+price history, or a PRICES.csv of `spotrelay place`) and a Spot Instance Advisor CSV (`--advisor`).
+
+A trace's instance type comes from its label: `v100_1` is the catalog type with one V100 (p3.2xlarge),
+`v100_8` the one with eight (p3.16xlarge); a label that is a catalog type name is that type. Traces of
+types the catalog does not hold (K80 `k80_*`, CPU `intel_64`) are skipped with a note. When several
+directories hold the same (type, zone) pool, the first directory given wins.
+
+Prices of spot pools: a price history is replayed from the market's start (its time 0 is the latest
+first row among the pools kept, so every pool has a price from time 0; the history's dates are not
+the traces' dates: each pool's capacity and price are real, their alignment in time is ours); a
+PRICES.csv gives constant prices (its timestamped rows become steps, its earliest timestamp at time 0).
+With a price file, traced pools it has no price for are left out. Without one, a pool's spot price is
+its on-demand price (catalog) times (1 - the Advisor's savings for its type and region) with
+`--advisor`, else times 0.97 / 3.06 (the Can't Be Late paper's p3.2xlarge figures: 68% savings, in
+the 66-86% the Advisor gives p3 types in us-east/us-west in its 2025-06 snapshot).
+
+Workloads:
+- `cant-be-late`: the paper's setting (Wu et al., "Can't Be Late: Optimizing Spot Instance Savings
+  under Deadlines", NSDI'24): a 48 h job on p3.2xlarge (V100, relative speed 1), deadlines 52 h and
+  70 h, restart overheads 0.05 h and 0.2 h, spot $0.97/h and on-demand $3.06/h (the paper's figures,
+  always, whatever `--prices` says), started every 24 h over the p3.2xlarge traces; single-zone, as in
+  the paper: each zone is its own market, every zone x setting x start offset is one job.
+- `cant-be-late-multi`: the same jobs with every traced zone open to every policy.
+- `fleet`: `FLEET_JOBS` jobs, seeded, on every traced pool of the `--traces` directories priced by
+  `--prices` (see `fleet`'s docstring for the generator).
+- a YAML file: see `load_workload_file`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import random
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from spotrelay.bench.sim import BenchJob
+from spotrelay.catalog import INSTANCE_TYPES, family_of
+from spotrelay.market import (
+    AvailabilityTrace,
+    MarketBuilder,
+    PriceFileError,
+    SpotMarket,
+    TraceFileError,
+    load_advisor_bands,
+    load_price_history,
+    load_price_rows,
+    load_trace_dir,
+    parse_duration,
+)
+from spotrelay.models import JobSpec, JobSpecError, PriceQuote, RecoveryStrategyName, parse_job_spec
+from spotrelay.models.job_spec import decode_document
+
+# The Can't Be Late paper's setting (NSDI'24, §6): p3.2xlarge, 48 h of work, two deadlines, two
+# restart overheads, its spot and on-demand prices.
+PAPER_INSTANCE_TYPE = "p3.2xlarge"
+PAPER_SPOT_PRICE = 0.97
+PAPER_ON_DEMAND_PRICE = 3.06
+PAPER_WORK_HOURS = 48.0
+PAPER_DEADLINES_HOURS = (52.0, 70.0)
+PAPER_RESTART_OVERHEADS_HOURS = (0.05, 0.2)
+START_EVERY_HOURS = 24.0
+DEFAULT_SPOT_FRACTION = PAPER_SPOT_PRICE / PAPER_ON_DEMAND_PRICE
+# The paper's jobs never give up on interruptions; the spec's default (20) would fail some.
+UNLIMITED_INTERRUPTIONS = 10_000
+
+FLEET_JOBS = 300
+STANDARD_WORKLOADS = ("cant-be-late", "cant-be-late-multi", "fleet")
+
+# The market's clock starts here; only differences of times matter (traces give dates only).
+MARKET_START = datetime(2023, 1, 1, tzinfo=UTC)
+
+
+class WorkloadError(ValueError):
+    """A workload we cannot build; the message says which input and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class TracedPool:
+    instance_type: str
+    trace: AvailabilityTrace
+
+    @property
+    def zone(self) -> str:
+        return self.trace.zone
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """Spot prices from `--prices`: a price history (timestamped price changes) or a PRICES.csv."""
+
+    source: str
+    history: bool
+    quotes: tuple[PriceQuote, ...]
+
+    def pools(self) -> set[tuple[str, str]]:
+        return {(q.pool.instance_type, q.pool.availability_zone) for q in self.quotes}
+
+    def apply(self, builder: MarketBuilder, pools: set[tuple[str, str]]) -> None:
+        kept = [q for q in self.quotes if (q.pool.instance_type, q.pool.availability_zone) in pools]
+        untimed = [q for q in kept if q.timestamp is None]
+        timed = [q for q in kept if q.timestamp is not None]
+        builder.add_quotes(untimed)
+        if not timed:
+            return
+        firsts: dict[tuple[str, str], datetime] = {}
+        for q in timed:
+            assert q.timestamp is not None
+            key = (q.pool.instance_type, q.pool.availability_zone)
+            firsts[key] = min(firsts.get(key, q.timestamp), q.timestamp)
+        anchor = max(firsts.values()) if self.history else min(firsts.values())
+        builder.add_price_history(timed, start_at=anchor)
+
+    def horizon_hours(self) -> float:
+        stamps = [q.timestamp for q in self.quotes if q.timestamp is not None]
+        if not stamps:
+            return math.inf
+        return (max(stamps) - min(stamps)).total_seconds() / 3600
+
+
+@dataclass(frozen=True)
+class Advisor:
+    """Spot Instance Advisor figures: interruption bands (for one region) and savings per region."""
+
+    source: str
+    region: str
+    bands: Mapping[str, int]
+    savings_pct: Mapping[tuple[str, str], float]  # (region, instance type) -> savings vs on-demand, %
+
+
+@dataclass(frozen=True)
+class BenchInputs:
+    traces: tuple[TracedPool, ...]
+    prices: PriceTable | None = None
+    advisor: Advisor | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    market: SpotMarket
+    jobs: tuple[BenchJob, ...]
+    notes: tuple[str, ...] = field(default=())
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+
+def instance_type_for_label(label: str) -> str | None:
+    """`v100_1` -> p3.2xlarge (the cheapest catalog type with one V100); `p3.2xlarge` -> itself."""
+    if label in INSTANCE_TYPES:
+        return label
+    match = re.fullmatch(r"([A-Za-z0-9-]+)_(\d+)", label)
+    if match is None:
+        return None
+    gpu, count = match.group(1).lower(), int(match.group(2))
+    fitting = [
+        t
+        for t in INSTANCE_TYPES.values()
+        if t.gpu_model.lower() == gpu and t.gpu_count == count and t.on_demand_usd_per_hour is not None
+    ]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda t: (t.on_demand_usd_per_hour or math.inf, t.name)).name
+
+
+def load_traces(dirs: Sequence[str | Path]) -> tuple[tuple[TracedPool, ...], tuple[str, ...]]:
+    """The traced pools of `dirs` (see the module docstring), and notes on what was skipped."""
+    pools: dict[tuple[str, str], TracedPool] = {}
+    notes: list[str] = []
+    for directory in dirs:
+        try:
+            traces = load_trace_dir(directory)
+        except TraceFileError as e:
+            raise WorkloadError(str(e)) from None
+        for trace in traces:
+            instance_type = instance_type_for_label(trace.label)
+            if instance_type is None:
+                notes.append(f"skipped {trace.source}: label {trace.label!r} names no GPU type in the catalog")
+                continue
+            key = (instance_type, trace.zone)
+            if key in pools:
+                notes.append(f"skipped {trace.source}: {instance_type} in {trace.zone} already traced")
+                continue
+            pools[key] = TracedPool(instance_type, trace)
+    if not pools:
+        raise WorkloadError(f"no usable availability trace in {', '.join(map(str, dirs))}")
+    return tuple(sorted(pools.values(), key=lambda p: (p.instance_type, p.zone))), tuple(notes)
+
+
+def load_price_table(path: str | Path) -> PriceTable:
+    """A training-on-a-dime price history (header with `timestamp_utc`) or a PRICES.csv."""
+    path = Path(path)
+    try:
+        header = path.read_text().lstrip("\ufeff").split("\n", 1)[0]
+    except OSError as e:
+        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
+    history = "timestamp_utc" in [c.strip() for c in header.split(",")]
+    try:
+        quotes = load_price_history(path) if history else load_price_rows(path)
+    except PriceFileError as e:
+        raise WorkloadError(str(e)) from None
+    return PriceTable(str(path), history, tuple(quotes))
+
+
+def load_advisor(path: str | Path, region: str) -> Advisor:
+    path = Path(path)
+    try:
+        bands = load_advisor_bands(path, region)
+        rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    except PriceFileError as e:
+        raise WorkloadError(str(e)) from None
+    except OSError as e:
+        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
+    savings: dict[tuple[str, str], float] = {}
+    for line, row in enumerate(rows, start=2):
+        raw = (row.get("savings_pct_vs_ondemand") or "").strip()
+        if not raw:
+            continue
+        try:
+            savings[(row.get("region", ""), row.get("instance_type", ""))] = float(raw)
+        except ValueError:
+            raise WorkloadError(f"{path}: line {line}: savings_pct_vs_ondemand {raw!r} is not a number") from None
+    return Advisor(str(path), region, bands, savings)
+
+
+def load_inputs(
+    trace_dirs: Sequence[str | Path],
+    prices: str | Path | None = None,
+    advisor: str | Path | None = None,
+    region: str = "us-east-1",
+) -> BenchInputs:
+    traces, notes = load_traces(trace_dirs)
+    return BenchInputs(
+        traces=traces,
+        prices=load_price_table(prices) if prices is not None else None,
+        advisor=load_advisor(advisor, region) if advisor is not None else None,
+        notes=notes,
+    )
+
+
+def region_of(zone: str) -> str:
+    return zone[:-1] if zone and zone[-1].isalpha() else zone
+
+
+def on_demand_price(instance_type: str) -> float | None:
+    itype = INSTANCE_TYPES.get(instance_type)
+    return None if itype is None else itype.on_demand_usd_per_hour
+
+
+def fallback_spot_price(instance_type: str, zone: str, advisor: Advisor | None) -> float | None:
+    """On-demand x (1 - the Advisor's savings), or x 0.97/3.06 without the Advisor (module docstring)."""
+    od = on_demand_price(instance_type)
+    if od is None:
+        return None
+    if advisor is not None:
+        pct = advisor.savings_pct.get((region_of(zone), instance_type))
+        if pct is not None:
+            return od * (1 - pct / 100)
+    return od * DEFAULT_SPOT_FRACTION
+
+
+def build_market(
+    pools: Iterable[TracedPool],
+    inputs: BenchInputs,
+    *,
+    spot_prices: Mapping[str, float] | None = None,
+) -> tuple[SpotMarket, list[str]]:
+    """A market of `pools`: their traces for capacity; prices from `spot_prices` (constant per type,
+    for every pool of that type) if given, else from the price file, else the fallback."""
+    pools = list(pools)
+    notes: list[str] = []
+    builder = MarketBuilder(MARKET_START)
+    priced: set[tuple[str, str]] = set()
+    if spot_prices is not None:
+        kept = [p for p in pools if p.instance_type in spot_prices]
+        for p in kept:
+            builder.add_price(p.instance_type, p.zone, spot_prices[p.instance_type])
+    elif inputs.prices is not None:
+        have = inputs.prices.pools()
+        kept = [p for p in pools if (p.instance_type, p.zone) in have]
+        dropped = [f"{p.instance_type}:{p.zone}" for p in pools if (p.instance_type, p.zone) not in have]
+        if dropped:
+            notes.append(f"left out (no price in {inputs.prices.source}): {', '.join(dropped)}")
+        priced = {(p.instance_type, p.zone) for p in kept}
+        if priced:
+            inputs.prices.apply(builder, priced)
+    else:
+        kept = []
+        for p in pools:
+            price = fallback_spot_price(p.instance_type, p.zone, inputs.advisor)
+            if price is not None:
+                builder.add_price(p.instance_type, p.zone, price)
+                kept.append(p)
+    if not kept:
+        raise WorkloadError("no traced pool has a spot price")
+    for p in kept:
+        builder.add_trace(p.trace, p.instance_type)
+    return builder.build(), notes
+
+
+# ------------------------------------------------------------------------------------------- jobs
+
+
+def job_spec(
+    name: str,
+    *,
+    gpus: int,
+    work_hours: float,
+    deadline_hours: float,
+    gpu_models: Sequence[str] | None = None,
+    recovery: RecoveryStrategyName = RecoveryStrategyName.EAGER_NEXT_POOL,
+    checkpoint_interval_minutes: float = 15,
+    max_interruptions: int = UNLIMITED_INTERRUPTIONS,
+) -> JobSpec:
+    resources: dict[str, Any] = {"gpus": gpus}
+    if gpu_models is not None:
+        resources["gpu_models"] = list(gpu_models)
+    return JobSpec.model_validate(
+        {
+            "name": name,
+            "run": {"command": "train"},
+            "resources": resources,
+            "work_hours": work_hours,
+            "checkpoint": {"interval_minutes": checkpoint_interval_minutes},
+            "limits": {"deadline_hours": deadline_hours, "max_interruptions": max_interruptions},
+            "recovery": {"strategy": recovery},
+        }
+    )
+
+
+def fitting_types(spec: JobSpec, allowed: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(name for name in allowed if spec.resources.misfit(INSTANCE_TYPES[name]) is None))
+
+
+def cant_be_late(inputs: BenchInputs, *, multi_zone: bool = False) -> Workload:
+    """The paper's setting (module docstring); `multi_zone`: every zone open to every job."""
+    pools = [p for p in inputs.traces if p.instance_type == PAPER_INSTANCE_TYPE]
+    if not pools:
+        raise WorkloadError(
+            f"cant-be-late replays {PAPER_INSTANCE_TYPE} availability (label v100_1); no such trace in --traces"
+        )
+    market, notes = build_market(pools, inputs, spot_prices={PAPER_INSTANCE_TYPE: PAPER_SPOT_PRICE})
+    horizon = min(p.trace.duration_hours for p in pools)
+    last_start = horizon - max(PAPER_DEADLINES_HOURS)
+    if last_start < 0:
+        raise WorkloadError(f"the traces span {horizon:.1f} h, less than the {max(PAPER_DEADLINES_HOURS):g} h deadline")
+    offsets = [k * START_EVERY_HOURS for k in range(int(last_start // START_EVERY_HOURS) + 1)]
+    zones = sorted({p.zone for p in pools})
+    zone_sets = [tuple(zones)] if multi_zone else [(z,) for z in zones]
+    on_demand = {PAPER_INSTANCE_TYPE: PAPER_ON_DEMAND_PRICE}
+    jobs = []
+    for zone_set in zone_sets:
+        where = "all" if multi_zone else zone_set[0]
+        for deadline in PAPER_DEADLINES_HOURS:
+            for overhead in PAPER_RESTART_OVERHEADS_HOURS:
+                for offset in offsets:
+                    name = f"cbl-{where}-D{deadline:g}-d{overhead:g}-t{offset:g}"
+                    spec = job_spec(
+                        name, gpus=1, gpu_models=["V100"], work_hours=PAPER_WORK_HOURS, deadline_hours=deadline
+                    )
+                    jobs.append(
+                        BenchJob(
+                            name=name,
+                            spec=spec,
+                            submit_hours=offset,
+                            restart_overhead_hours=overhead,
+                            zones=zone_set,
+                            instance_types=(PAPER_INSTANCE_TYPE,),
+                            on_demand_prices=on_demand,
+                            group=f"D={deadline:g}h d={overhead:g}h",
+                        )
+                    )
+    setting = f"{len(zones)} zones, every policy sees all" if multi_zone else f"single-zone, {len(zones)} zones"
+    description = (
+        f"Can't Be Late (NSDI'24) setting, {setting}: a {PAPER_WORK_HOURS:g} h job on {PAPER_INSTANCE_TYPE}, "
+        f"deadlines {'/'.join(f'{d:g}' for d in PAPER_DEADLINES_HOURS)} h, restart overheads "
+        f"{'/'.join(f'{d:g}' for d in PAPER_RESTART_OVERHEADS_HOURS)} h, spot ${PAPER_SPOT_PRICE}/h vs on-demand "
+        f"${PAPER_ON_DEMAND_PRICE}/h, {len(offsets)} starts every {START_EVERY_HOURS:g} h over {horizon:.0f} h "
+        f"of traces: {len(jobs)} jobs"
+    )
+    return Workload(
+        "cant-be-late-multi" if multi_zone else "cant-be-late", description, market, tuple(jobs), tuple(notes)
+    )
+
+
+FLEET_GPU_MIX = ((1, 0.6), (4, 0.15), (8, 0.25))
+FLEET_WORK_HOURS = (2.0, 48.0)  # log-uniform
+FLEET_DEADLINE_FACTOR = (1.1, 2.5)  # deadline = work x factor (at least work + 4 restarts)
+FLEET_RESTART_OVERHEADS = (0.05, 0.1, 0.2)
+FLEET_SAME_POOL_FIRST = 0.25
+FLEET_PERIODIC_ONLY = 0.2  # jobs that checkpoint only periodically (no final checkpoint at the notice)
+FLEET_CHECKPOINT_MINUTES = (15.0, 30.0, 60.0)
+
+
+def fleet(inputs: BenchInputs, *, seed: int = 1, count: int = FLEET_JOBS) -> Workload:
+    """`count` independent jobs (no shared capacity: each sees the whole market), drawn with `seed`:
+
+    - GPUs: 1 (60%), 4 (15%) or 8 (25%), among the counts some traced type can hold; any type of the
+      traced families that fits may take the job (a 4-GPU job fits p3.8xlarge on-demand and
+      p3.16xlarge spot);
+    - work: log-uniform in 2..48 reference-GPU hours; deadline: work x uniform(1.1, 2.5), at least
+      work + 4 restart overheads; restart overhead 0.05, 0.1 or 0.2 h;
+    - recovery: eager-next-pool (75%) or same-pool-first (25%); 20% of the jobs checkpoint only
+      periodically (every 15, 30 or 60 min) and lose the work since, the rest also at the notice;
+    - submitted uniformly over the span every trace and the prices cover, less the longest deadline;
+    - every zone of the market open to every job; on-demand prices from the catalog.
+    """
+    market, notes = build_market(inputs.traces, inputs)
+    pools = market.pools()
+    traced = {(p.instance_type, p.zone): p for p in inputs.traces}
+    spans = [traced[(p.instance_type, p.availability_zone)].trace.duration_hours for p in pools]
+    horizon = min(spans)
+    if inputs.prices is not None:
+        horizon = min(horizon, inputs.prices.horizon_hours())
+    families = {family_of(p.instance_type) for p in pools}
+    allowed = sorted(
+        name
+        for name, t in INSTANCE_TYPES.items()
+        if family_of(name) in families and t.on_demand_usd_per_hour is not None
+    )
+    spot_gpus = max(INSTANCE_TYPES[p.instance_type].gpu_count for p in pools)
+    mix = [(g, w) for g, w in FLEET_GPU_MIX if g <= spot_gpus] or [(1, 1.0)]
+    longest = FLEET_WORK_HOURS[1] * FLEET_DEADLINE_FACTOR[1]
+    if horizon < longest:
+        raise WorkloadError(f"fleet needs traces and prices spanning {longest:g} h; they span {horizon:.1f} h")
+    zones = tuple(market.zones())
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(count):
+        gpus = rng.choices([g for g, _ in mix], weights=[w for _, w in mix])[0]
+        low, high = FLEET_WORK_HOURS
+        work = round(math.exp(rng.uniform(math.log(low), math.log(high))), 2)
+        overhead = rng.choice(FLEET_RESTART_OVERHEADS)
+        deadline = round(max(work * rng.uniform(*FLEET_DEADLINE_FACTOR), work + 4 * overhead), 2)
+        recovery = (
+            RecoveryStrategyName.SAME_POOL_FIRST
+            if rng.random() < FLEET_SAME_POOL_FIRST
+            else RecoveryStrategyName.EAGER_NEXT_POOL
+        )
+        periodic_only = rng.random() < FLEET_PERIODIC_ONLY
+        interval = rng.choice(FLEET_CHECKPOINT_MINUTES) if periodic_only else 15.0
+        submit = round(rng.uniform(0, horizon - longest), 3)
+        name = f"fleet-{i:04d}"
+        spec = job_spec(
+            name,
+            gpus=gpus,
+            work_hours=work,
+            deadline_hours=deadline,
+            recovery=recovery,
+            checkpoint_interval_minutes=interval,
+        )
+        types = fitting_types(spec, allowed)
+        jobs.append(
+            BenchJob(
+                name=name,
+                spec=spec,
+                submit_hours=submit,
+                restart_overhead_hours=overhead,
+                zones=zones,
+                instance_types=types,
+                on_demand_prices={t: p for t in types if (p := on_demand_price(t)) is not None},
+                checkpoint_on_notice=not periodic_only,
+                group=f"{gpus} GPU",
+            )
+        )
+    price_source = inputs.prices.source if inputs.prices is not None else "on-demand x Advisor-style savings"
+    description = (
+        f"{count} jobs (seed {seed}) over {len(pools)} spot pools ({', '.join(sorted(families))} in "
+        f"{len(zones)} zones), prices from {price_source}; GPUs 1/4/8, work 2-48 h, deadlines 1.1-2.5x work"
+    )
+    return Workload("fleet", description, market, tuple(jobs), tuple(notes))
+
+
+# -------------------------------------------------------------------------------------- YAML files
+
+
+class _Repeat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(ge=1, le=100_000)
+    every: float = 24.0
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> float:
+        return parse_duration(value, "every")
+
+
+class _JobEntry(BaseModel):
+    """One job of a workload file: the bench's keys, and the rest is a job spec."""
+
+    model_config = ConfigDict(extra="allow")
+
+    submit: float = 0.0
+    restart_overhead: float = 0.1
+    checkpoint_on_notice: bool = True
+    zones: tuple[str, ...] | None = None
+    per_zone: bool = False
+    repeat: _Repeat | None = None
+
+    @field_validator("submit", "restart_overhead", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> float:
+        return parse_duration(value)
+
+
+class _WorkloadFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    description: str = ""
+    instance_types: tuple[str, ...] | None = None
+    zones: tuple[str, ...] | None = None
+    spot_price_usd_per_hour: float | dict[str, float] | None = None
+    on_demand_usd_per_hour: dict[str, float] = Field(default_factory=dict)
+    jobs: list[_JobEntry] = Field(min_length=1)
+
+
+def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
+    """A workload from YAML (or JSON):
+
+    ```yaml
+    name: nightly-training            # default: the file name
+    description: what it is
+    instance_types: [p3.2xlarge]      # the types jobs may use (default: every traced type's family)
+    zones: [us-east-1c, us-west-2a]   # the traced zones to use (default: all)
+    spot_price_usd_per_hour: 0.97     # or {p3.2xlarge: 0.97}: constant spot prices instead of --prices
+    on_demand_usd_per_hour: {p3.2xlarge: 3.06}   # overrides of the catalog's on-demand prices
+    jobs:
+      - name: train-a                 # the rest of the entry is a job spec (spotrelay submit's format;
+        resources: {gpus: 1}          #   `run` may be left out), and needs work_hours and a deadline
+        work_hours: 24
+        limits: {deadline_hours: 36, max_price_per_hour: 1.5}
+        recovery: same-pool-first
+        checkpoint: {interval_minutes: 30}
+        submit: 2h                    # after the traces' start (default 0)
+        restart_overhead: 6m          # d, paid at every (re)start (default 0.1 h)
+        checkpoint_on_notice: false   # default true: nothing is lost at a preemption
+        zones: [us-east-1c]           # this job's zones (default: the workload's)
+        per_zone: true                # one copy per zone, each limited to it (the paper's single-zone runs)
+        repeat: {count: 10, every: 24h}   # copies submitted every 24 h
+    ```
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        document = decode_document(text, str(path))
+        parsed = _WorkloadFile.model_validate(document)
+    except JobSpecError as e:
+        raise WorkloadError(str(e)) from None
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise WorkloadError(f"{path}: {problems}") from None
+    pools = [p for p in inputs.traces if parsed.zones is None or p.zone in parsed.zones]
+    if parsed.instance_types is not None:
+        unknown = [t for t in parsed.instance_types if t not in INSTANCE_TYPES]
+        if unknown:
+            raise WorkloadError(f"{path}: instance_types: unknown type(s) {', '.join(unknown)}")
+        pools = [p for p in pools if p.instance_type in parsed.instance_types]
+    if not pools:
+        raise WorkloadError(f"{path}: no traced pool matches its zones and instance_types")
+    spot: Mapping[str, float] | None = None
+    if isinstance(parsed.spot_price_usd_per_hour, float | int):
+        spot = {p.instance_type: float(parsed.spot_price_usd_per_hour) for p in pools}
+    elif isinstance(parsed.spot_price_usd_per_hour, dict):
+        spot = parsed.spot_price_usd_per_hour
+    market, notes = build_market(pools, inputs, spot_prices=spot)
+    allowed = (
+        sorted(parsed.instance_types)
+        if parsed.instance_types is not None
+        else sorted(n for n in INSTANCE_TYPES if family_of(n) in {family_of(p.instance_type) for p in market.pools()})
+    )
+    all_zones = tuple(market.zones())
+    jobs: list[BenchJob] = []
+    for index, entry in enumerate(parsed.jobs):
+        raw = dict(entry.model_extra or {})
+        raw.setdefault("run", {"command": "bench"})
+        where = f"{path}: jobs[{index}]"
+        try:
+            spec = parse_job_spec(raw, where)
+        except JobSpecError as e:
+            raise WorkloadError(str(e)) from None
+        types = fitting_types(spec, allowed)
+        prices = {t: p for t in types if (p := parsed.on_demand_usd_per_hour.get(t, on_demand_price(t) or -1)) > 0}
+        zones = entry.zones or all_zones
+        missing = [z for z in zones if z not in all_zones]
+        if missing:
+            raise WorkloadError(f"{where}: zones {', '.join(missing)} are not on the market ({', '.join(all_zones)})")
+        if not types:
+            raise WorkloadError(f"{where}: no allowed instance type fits the job")
+        zone_sets = [(z,) for z in zones] if entry.per_zone else [tuple(zones)]
+        copies = entry.repeat.count if entry.repeat is not None else 1
+        every = entry.repeat.every if entry.repeat is not None else 0.0
+        for zone_set in zone_sets:
+            for k in range(copies):
+                name = spec.name if copies == 1 and len(zone_sets) == 1 else f"{spec.name}-{zone_set[0]}-{k}"
+                try:
+                    job = BenchJob(
+                        name=name[:63],
+                        spec=spec,
+                        submit_hours=entry.submit + k * every,
+                        restart_overhead_hours=entry.restart_overhead,
+                        zones=zone_set,
+                        instance_types=types,
+                        on_demand_prices=prices,
+                        checkpoint_on_notice=entry.checkpoint_on_notice,
+                        group=spec.name,
+                    )
+                except ValueError as e:
+                    raise WorkloadError(f"{where}: {e}") from None
+                jobs.append(job)
+    name = parsed.name or path.stem
+    description = parsed.description or f"{len(jobs)} jobs from {path}"
+    return Workload(name, description, market, tuple(jobs), tuple(notes))
+
+
+def build_workload(name_or_file: str, inputs: BenchInputs, *, seed: int = 1) -> list[Workload]:
+    """A named workload, or the workload of a YAML file."""
+    if name_or_file == "cant-be-late":
+        return [cant_be_late(inputs)]
+    if name_or_file == "cant-be-late-multi":
+        return [cant_be_late(inputs, multi_zone=True)]
+    if name_or_file == "fleet":
+        return [fleet(inputs, seed=seed)]
+    path = Path(name_or_file)
+    if path.suffix.lower() in {".yaml", ".yml", ".json"} or path.exists():
+        return [load_workload_file(path, inputs)]
+    raise WorkloadError(
+        f"--workload {name_or_file!r}: not a workload name ({', '.join(STANDARD_WORKLOADS)}) nor a YAML file"
+    )

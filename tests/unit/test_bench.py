@@ -1,0 +1,413 @@
+"""`spotrelay bench`: the replay, the policies, the omniscient bound and the output, on tiny traces.
+
+Traces here are one-hour ticks, so that the expected figures can be worked out by hand: spot $0.97/h,
+on-demand $3.06/h (p3.2xlarge in the catalog).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import spotrelay.policy.market_choice
+import spotrelay.policy.placement
+import spotrelay.policy.recovery
+from spotrelay.bench.omniscient import omniscient_bound
+from spotrelay.bench.policies import ALL_POLICIES, Spotrelay
+from spotrelay.bench.report import FIGURE_KEYS
+from spotrelay.bench.sim import BenchJob, JobContext, JobResult, JobStatus, MarketView, simulate
+from spotrelay.bench.workloads import PAPER_INSTANCE_TYPE, job_spec
+from spotrelay.cli import app
+from spotrelay.control.lifecycle import REFUSED_POOL_BLOCK_MINUTES
+from spotrelay.market import MarketBuilder, SpotMarket, parse_availability_trace
+from spotrelay.models import Market, Pool, RecoveryStrategyName
+
+SPOT = 0.97
+ON_DEMAND = 3.06
+START = datetime(2023, 2, 15, tzinfo=UTC)
+SPOT_POLICIES = ("greedy", "uniform-progress", "skypilot-eager", "spotrelay", "spotrelay+overhead", "spotrelay+migrate")
+DEADLINE_AWARE = ("on-demand", "greedy", "uniform-progress", "spotrelay", "spotrelay+overhead", "spotrelay+migrate")
+
+
+def trace_json(data: Sequence[int], gap_seconds: float = 3600) -> str:
+    return json.dumps({"metadata": {"gap_seconds": gap_seconds}, "data": list(data)})
+
+
+def market_of(traces: dict[str, Sequence[int]], price: float = SPOT) -> SpotMarket:
+    builder = MarketBuilder(START)
+    for zone, data in traces.items():
+        trace = parse_availability_trace(trace_json(data), zone, "v100_1", f"{zone}_v100_1.json")
+        builder.add_trace(trace, PAPER_INSTANCE_TYPE, spot_price_usd_per_hour=price)
+    return builder.build()
+
+
+def bench_job(
+    zones: Sequence[str],
+    *,
+    work: float = 10.0,
+    deadline: float = 30.0,
+    overhead: float = 0.1,
+    submit: float = 0.0,
+    on_notice: bool = True,
+    interval_minutes: float = 15.0,
+    recovery: RecoveryStrategyName = RecoveryStrategyName.EAGER_NEXT_POOL,
+) -> BenchJob:
+    spec = job_spec(
+        "job",
+        gpus=1,
+        gpu_models=["V100"],
+        work_hours=work,
+        deadline_hours=deadline,
+        recovery=recovery,
+        checkpoint_interval_minutes=interval_minutes,
+    )
+    return BenchJob(
+        name="job",
+        spec=spec,
+        submit_hours=submit,
+        restart_overhead_hours=overhead,
+        zones=tuple(zones),
+        instance_types=(PAPER_INSTANCE_TYPE,),
+        on_demand_prices={PAPER_INSTANCE_TYPE: ON_DEMAND},
+        checkpoint_on_notice=on_notice,
+    )
+
+
+def replay(policy: str, job: BenchJob, market: SpotMarket) -> JobResult:
+    return simulate(JobContext(job, MarketView(market)), ALL_POLICIES[policy])
+
+
+def bound(job: BenchJob, market: SpotMarket) -> float:
+    return omniscient_bound(JobContext(job, MarketView(market))).cost
+
+
+# ------------------------------------------------------------------------------------ the replay
+
+
+@pytest.mark.parametrize("policy", SPOT_POLICIES)
+def test_on_an_always_available_trace_spot_policies_pay_spot_for_the_work_and_one_restart(policy: str) -> None:
+    # Given a zone whose spot capacity never runs out
+    market = market_of({"us-east-1a": [1] * 60})
+    job = bench_job(["us-east-1a"], work=10, deadline=30, overhead=0.1)
+
+    # When the job is replayed
+    result = replay(policy, job, market)
+
+    # Then it runs on spot from start to end: the work plus one restart overhead, at the spot price
+    assert result.cost == pytest.approx(SPOT * (10 + 0.1))
+    assert result.completion_hours == pytest.approx(10.1)
+    assert result.deadline_met
+    assert result.interruptions == 0
+    assert result.on_demand_hours == 0
+    # and the omniscient bound is exactly that (it is tight here)
+    assert bound(job, market) == pytest.approx(SPOT * (10 + 0.1))
+
+
+@pytest.mark.parametrize("policy", DEADLINE_AWARE)
+def test_on_a_never_available_trace_deadline_aware_policies_finish_on_demand_in_time(policy: str) -> None:
+    # Given a zone that never has spot capacity
+    market = market_of({"us-east-1a": [0] * 60})
+    job = bench_job(["us-east-1a"], work=10, deadline=14, overhead=0.1)
+
+    # When the job is replayed
+    result = replay(policy, job, market)
+
+    # Then it runs on on-demand only, starts once, and meets its deadline
+    assert result.deadline_met
+    assert result.spot_hours == 0
+    assert result.cost == pytest.approx(ON_DEMAND * (10 + 0.1))
+    assert result.rescued is None
+
+
+def test_on_a_never_available_trace_skypilot_eager_waits_for_spot_and_misses() -> None:
+    # Given a zone that never has spot capacity
+    market = market_of({"us-east-1a": [0] * 60})
+    job = bench_job(["us-east-1a"], work=10, deadline=14, overhead=0.1)
+
+    # When skypilot-eager (no deadline awareness, no on-demand) replays it
+    result = replay("skypilot-eager", job, market)
+
+    # Then it waits for spot past the deadline and the bench rescues it on on-demand, late
+    assert not result.deadline_met
+    assert result.rescued is not None
+    assert result.spot_hours == 0
+    assert result.completion_hours == pytest.approx(14 + 24 + 10.1)
+
+
+def test_a_preemption_costs_a_second_restart_and_nothing_else_with_a_checkpoint_at_the_notice() -> None:
+    # Given spot for 5 h, none for 2 h, then spot again
+    market = market_of({"us-east-1a": [1] * 5 + [0] * 2 + [1] * 30})
+    job = bench_job(["us-east-1a"], work=10, deadline=30, overhead=0.1)
+
+    # When greedy replays the job
+    result = replay("greedy", job, market)
+
+    # Then it is preempted once at 5 h, waits, restarts at 7 h and finishes the 5.1 h left after a restart
+    assert result.interruptions == 1
+    assert result.lost_gpu_hours == 0
+    assert result.completion_hours == pytest.approx(7 + 0.1 + 5.1)
+    assert result.cost == pytest.approx(SPOT * (5 + 5.2))
+
+
+def test_without_a_checkpoint_at_the_notice_the_work_since_the_last_periodic_checkpoint_is_lost() -> None:
+    # Given the same trace and a job that checkpoints only every hour
+    market = market_of({"us-east-1a": [1] * 5 + [0] * 2 + [1] * 30})
+    job = bench_job(["us-east-1a"], work=10, deadline=30, overhead=0.1, on_notice=False, interval_minutes=60)
+
+    # When greedy replays it
+    result = replay("greedy", job, market)
+
+    # Then 4.9 h of progress were made, 4 h checkpointed, 0.9 GPU-hours lost and redone
+    assert result.lost_gpu_hours == pytest.approx(0.9)
+    assert result.completion_hours == pytest.approx(7 + 0.1 + 6.0)
+    assert result.cost == pytest.approx(SPOT * (5 + 6.1))
+
+
+def test_skypilot_eager_moves_to_another_zone_after_a_preemption() -> None:
+    # Given two zones, the first (cheapest by name order at equal prices) preempted at 3 h
+    market = market_of({"us-east-1a": [1] * 3 + [0] * 1 + [1] * 30, "us-east-1b": [1] * 40})
+    job = bench_job(["us-east-1a", "us-east-1b"], work=10, deadline=30)
+
+    result = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["skypilot-eager"], keep_timeline=True)
+
+    # Then the second attempt runs in the other zone
+    zones = [s.pool.availability_zone for s in result.segments if s.kind == "run"]
+    assert zones == ["us-east-1a", "us-east-1b"]
+    assert result.interruptions == 1
+
+
+def test_uniform_progress_returns_from_on_demand_to_spot() -> None:
+    # Given no spot for the first 4 h, then spot for good, and a tight deadline
+    market = market_of({"us-east-1a": [0] * 4 + [1] * 60})
+    job = bench_job(["us-east-1a"], work=20, deadline=24, overhead=0.1)
+
+    result = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["uniform-progress"], keep_timeline=True)
+
+    # Then it catches up on on-demand (behind the uniform line) and goes back to spot once ahead
+    markets = [s.pool.market for s in result.segments if s.kind == "run"]
+    assert markets[0] is Market.ON_DEMAND
+    assert markets[-1] is Market.SPOT
+    assert result.deadline_met
+
+
+# -------------------------------------------------------------------- spotrelay is the control plane
+
+
+def test_spotrelay_blocks_a_pool_that_refuses_the_launch_and_takes_the_next() -> None:
+    # Given two zones at the same price; the first in rank order has no capacity
+    market = market_of({"us-east-1a": [0] * 40, "us-east-1b": [1] * 40})
+    job = bench_job(["us-east-1a", "us-east-1b"], work=10, deadline=30)
+    ctx = JobContext(job, MarketView(market))
+    agent = Spotrelay(ctx)
+
+    # When it places the job at 0
+    decision = agent.decide(JobStatus(job=job, t=0.0))
+
+    # Then the launch in us-east-1a is refused and blocked for REFUSED_POOL_BLOCK_MINUTES; us-east-1b runs it
+    assert decision.pool == Pool(instance_type=PAPER_INSTANCE_TYPE, availability_zone="us-east-1b")
+    [block] = agent.blocks
+    assert block.pool.availability_zone == "us-east-1a"
+    assert (block.until - START).total_seconds() == REFUSED_POOL_BLOCK_MINUTES * 60
+    assert replay("spotrelay", job, market).cost == pytest.approx(SPOT * 10.1)
+
+
+def test_spotrelay_stays_on_demand_once_there_and_the_migrating_variant_goes_back_to_spot() -> None:
+    # Given no spot for the first 4 h, then spot for good, and a tight deadline
+    market = market_of({"us-east-1a": [0] * 4 + [1] * 60})
+    job = bench_job(["us-east-1a"], work=20, deadline=24, overhead=0.1)
+
+    stays = replay("spotrelay", job, market)
+    moves = replay("spotrelay+migrate", job, market)
+
+    # Then the control plane as it is keeps the job on on-demand; re-placing it brings it back to spot
+    assert stays.spot_hours == 0
+    assert moves.spot_hours > 0
+    assert moves.cost < stays.cost
+    assert stays.deadline_met
+    assert moves.deadline_met
+
+
+def test_policies_call_the_shared_placement_market_choice_and_recovery_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given counters around the shared policy functions
+    calls: dict[str, int] = {}
+
+    def counting(module: Any, name: str) -> None:
+        original: Callable[..., Any] = getattr(module, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            key = f"{module.__name__}.{name}"
+            calls[key] = calls.get(key, 0) + 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counting(spotrelay.policy.placement, "place")
+    counting(spotrelay.policy.placement, "uniform_progress")  # the market choice inside place()
+    counting(spotrelay.policy.market_choice, "uniform_progress")
+    counting(spotrelay.policy.recovery, "decide_recovery")
+    counting(spotrelay.policy.recovery, "active_blocks")
+    market = market_of({"us-east-1a": [1] * 5 + [0] * 2 + [1] * 30})
+    job = bench_job(["us-east-1a"], work=10, deadline=30)
+
+    # When spotrelay and uniform-progress replay a job that is preempted once
+    replay("spotrelay", job, market)
+    spotrelay_calls = dict(calls)
+    calls.clear()
+    replay("uniform-progress", job, market)
+
+    # Then spotrelay placed through place() (and its market choice), recovered through decide_recovery,
+    # and uniform-progress decided through the same uniform_progress
+    assert spotrelay_calls["spotrelay.policy.placement.place"] >= 2
+    assert spotrelay_calls["spotrelay.policy.placement.uniform_progress"] >= 2
+    assert spotrelay_calls["spotrelay.policy.recovery.decide_recovery"] == 1
+    assert spotrelay_calls["spotrelay.policy.recovery.active_blocks"] >= 2
+    assert calls["spotrelay.policy.market_choice.uniform_progress"] >= 2
+
+
+# ---------------------------------------------------------------------------------- the bound
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    zone_a=st.lists(st.integers(0, 1), min_size=4, max_size=40),
+    zone_b=st.lists(st.integers(0, 1), min_size=4, max_size=40),
+    work=st.floats(1.0, 12.0),
+    slack_factor=st.floats(1.0, 2.5),
+    overhead=st.sampled_from([0.05, 0.1]),
+    price_b=st.sampled_from([0.8, 0.97, 1.3]),
+    on_notice=st.booleans(),
+)
+def test_omniscient_is_a_lower_bound_and_deadline_aware_policies_meet_deadlines(
+    zone_a: list[int],
+    zone_b: list[int],
+    work: float,
+    slack_factor: float,
+    overhead: float,
+    price_b: float,
+    on_notice: bool,
+) -> None:
+    # Given random availability in two zones at different prices, and a feasible deadline
+    builder = MarketBuilder(START)
+    for zone, data, price in (("us-east-1a", zone_a, SPOT), ("us-east-1b", zone_b, price_b)):
+        trace = parse_availability_trace(trace_json(data), zone, "v100_1")
+        builder.add_trace(trace, PAPER_INSTANCE_TYPE, spot_price_usd_per_hour=price)
+    market = builder.build()
+    deadline = work * slack_factor + 3 * overhead
+    job = bench_job(
+        ["us-east-1a", "us-east-1b"],
+        work=work,
+        deadline=deadline,
+        overhead=overhead,
+        on_notice=on_notice,
+        interval_minutes=30,
+    )
+    view = MarketView(market)
+    lower = omniscient_bound(JobContext(job, view)).cost
+
+    for name, policy in ALL_POLICIES.items():
+        # When each policy replays the job
+        result = simulate(JobContext(job, view), policy)
+        # Then no schedule that meets the deadline costs less than the bound
+        if result.deadline_met:
+            assert lower <= result.cost * (1 + 1e-9), name
+        # and the deadline-aware policies meet it when nothing is lost at a preemption
+        # (spotrelay's place() assumes 0.1 h of restart overhead: enough for these jobs)
+        if on_notice and name in DEADLINE_AWARE:
+            assert result.deadline_met, (name, result)
+        assert math.isfinite(result.cost)
+
+
+# ---------------------------------------------------------------------------------- the command
+
+
+@pytest.fixture
+def trace_dir(tmp_path: Path) -> Path:
+    """Three zones of p3.2xlarge availability, one-hour ticks, 100 h: always, never, and flapping."""
+    directory = tmp_path / "traces"
+    directory.mkdir()
+    flapping = ([1] * 7 + [0] * 3) * 10
+    for zone, data in (("us-east-1a", [1] * 100), ("us-east-1b", [0] * 100), ("us-west-2a", flapping)):
+        (directory / f"{zone}_v100_1.json").write_text(trace_json(data))
+    (directory / "us-west-2a_k80_1.json").write_text(trace_json([1] * 100))  # no K80 in the catalog
+    return directory
+
+
+def bench(*args: str | Path) -> Any:
+    return CliRunner().invoke(app, ["bench", *map(str, args)])
+
+
+def test_json_has_exactly_the_documented_shape(trace_dir: Path) -> None:
+    # Given tiny traces
+    # When the cant-be-late workload runs with every policy, as JSON
+    result = bench("--traces", trace_dir, "--workload", "cant-be-late", "--json", "--processes", "1")
+
+    # Then stdout is {"workloads": {NAME: {"policies": {POLICY: {the eight figures}}}}}
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert list(document) == ["workloads"]
+    assert list(document["workloads"]) == ["cant-be-late"]
+    policies = document["workloads"]["cant-be-late"]["policies"]
+    assert list(policies) == ["on-demand", "greedy", "uniform-progress", "skypilot-eager", "spotrelay", "omniscient"]
+    for figures in policies.values():
+        assert tuple(figures) == FIGURE_KEYS
+    assert policies["on-demand"]["cost_vs_on_demand"] == pytest.approx(1.0)
+    assert policies["omniscient"]["cost_vs_omniscient"] == pytest.approx(1.0)
+    assert policies["on-demand"]["deadline_misses"] == 0
+    assert "k80_1" in result.stderr  # the skipped trace is named
+
+
+def test_a_yaml_workload_runs_and_plots(trace_dir: Path, tmp_path: Path) -> None:
+    # Given a workload file: one job per zone, repeated twice a day apart
+    workload = tmp_path / "nightly.yaml"
+    workload.write_text(
+        "name: nightly\n"
+        "jobs:\n"
+        "  - name: train\n"
+        "    resources: {gpus: 1, gpu_models: [V100]}\n"
+        "    work_hours: 6\n"
+        "    limits: {deadline_hours: 9}\n"
+        "    restart_overhead: 6m\n"
+        "    per_zone: true\n"
+        "    repeat: {count: 2, every: 24h}\n"
+    )
+    png = tmp_path / "bench.png"
+
+    # When it runs with a plot
+    result = bench(
+        "--traces", trace_dir, "--workload", workload, "--policies", "on-demand,spotrelay,omniscient",
+        "--json", "--plot", png, "--processes", "1",
+    )  # fmt: skip
+
+    # Then every zone x repeat is a job, spotrelay is cheaper than on-demand, and the PNG is a PNG
+    assert result.exit_code == 0, result.stderr
+    figures = json.loads(result.stdout)["workloads"]["nightly"]["policies"]
+    assert set(figures) == {"on-demand", "spotrelay", "omniscient"}
+    assert figures["spotrelay"]["cost_vs_on_demand"] < 1
+    assert figures["spotrelay"]["deadline_misses"] == 0
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_an_unknown_policy_is_one_line_on_stderr(trace_dir: Path) -> None:
+    result = bench("--traces", trace_dir, "--policies", "greedy,cheapest")
+
+    assert result.exit_code == 2
+    assert "cheapest" in result.stderr
+    assert "known:" in result.stderr
+
+
+def test_the_table_names_every_policy_and_the_targets(trace_dir: Path) -> None:
+    result = bench("--traces", trace_dir, "--workload", "cant-be-late-multi", "--processes", "1")
+
+    assert result.exit_code == 0, result.stderr
+    for name in ("on-demand", "greedy", "uniform-progress", "skypilot-eager", "spotrelay", "omniscient"):
+        assert name in result.stdout
+    assert "within 1.2x of omniscient" in result.stdout
