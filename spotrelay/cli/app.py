@@ -234,6 +234,57 @@ def agent_command(
     raise typer.Exit(code)
 
 
+local_app = typer.Typer(
+    name="local",
+    help="The whole stack on moto, on this machine (no AWS account).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(local_app, name="local")
+
+
+@local_app.command("up")
+def local_up_command(
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="where moto's server listens")] = 5055,
+    region: Annotated[str, typer.Option("--region", help="the stack's region")] = "us-east-1",
+    prices: Annotated[
+        Path | None,
+        typer.Option("--prices", metavar="PRICES.csv", help="spot prices EC2 answers with (default: the example)"),
+    ] = None,
+    template: Annotated[
+        Path | None,
+        typer.Option("--template", help="default: cdk.out/SpotRelay.template.json (synthesized if missing)"),
+    ] = None,
+    speed: Annotated[float, typer.Option("--speed", min=0.001, help="simulated seconds per real second")] = 1.0,
+) -> None:
+    """Deploy the synthesized stack into moto and serve it on localhost:PORT until Ctrl-C.
+
+    \b
+    The Lambda functions run in this process (the project's code), the
+    state machine runs in moto, EC2 answers spot prices and capacity from
+    PRICES.csv. Talk to it with any AWS client:
+      aws --endpoint-url http://localhost:5055 sqs send-message ...
+    """
+    try:
+        from spotrelay.local.deploy import DeployError
+        from spotrelay.local.server import DEFAULT_PRICES, PortInUse, run_local_up
+    except ImportError as e:
+        fail(f"the local runtime needs moto: pip install 'spotrelay[local,aws]' ({e})")
+    chosen = prices if prices is not None else (DEFAULT_PRICES if DEFAULT_PRICES.is_file() else None)
+    try:
+        code = run_local_up(
+            port=port,
+            region=region,
+            prices=chosen,
+            template=template,
+            speed=speed,
+            echo=lambda line: out.print(line, markup=False, soft_wrap=True),
+        )
+    except (DeployError, PortInUse, PriceFileError) as e:
+        fail(str(e))
+    raise typer.Exit(code)
+
+
 @app.command("bench")
 def bench_command(
     traces: Annotated[

@@ -1,0 +1,793 @@
+"""Every change spotrelay's local runtime makes to moto (pinned: 5.2.5), in one place, with canaries.
+
+moto runs state machines for real, but runs Lambda code only in Docker, delivers EventBridge events
+to no Lambda or Step Functions target, waits in real time, and deploys some templates incompletely.
+`install(...)` replaces these private moto attributes (and `uninstall()` puts them back):
+
+Lambda and EventBridge
+- `LambdaFunction._invoke_lambda`: the handler runs in-process (`spotrelay.local.lambdas`), with the
+  function's environment; errors come back as Lambda's error envelope. Asynchronous (`Event`)
+  invocations go through the same method: moto runs them synchronously, in the caller's thread.
+- `Rule.send_to_targets`: Lambda targets are invoked (as an asynchronous invocation, with the event in
+  AWS's shape: ISO `time`, `account`), Step Functions targets start an execution; other targets keep
+  moto's behaviour. Rules that are disabled, or have a schedule and no pattern, match no event (stock
+  moto lets a rule without a pattern match every event).
+
+The virtual clock (all under moto/stepfunctions/parser/asl/, see `spotrelay.local.clock`)
+- `ExecutionWorker.start`: an execution becomes a process of the clock (queued when started, holds
+  the clock's baton while it runs, gives it back when it blocks on the clock or ends).
+- `WaitFunction._wait_interval` (Wait states) and `Timestamp._get_wait_seconds` (`Timestamp` waits
+  against the clock's now): sleep on the clock; a stop or end of the execution interrupts the sleep.
+- `retrier_decl.time`: Retry intervals (`time.sleep(interval)`) sleep on the clock.
+- `callback.Event`: task tokens (`.waitForTaskToken`), their HeartbeatSeconds and TimeoutSeconds wait
+  on clock events (a timeout is in virtual seconds).
+- `Environment.__init__`: the execution's `program_state_event` is a clock event (what interrupts Waits).
+
+CloudFormation (the synthesized template)
+- models for AWS::CloudWatch::Alarm, AWS::SQS::QueuePolicy, AWS::S3::BucketPolicy, AWS::CDK::Metadata
+  (`spotrelay.local.cfn_models`);
+- `StateMachine.create/update/delete_from_cloudformation_json`: state machines go to the backend the
+  API uses (the executing one), so that StartExecution on the stack's ARN runs the definition;
+- `Key.create_from_cloudformation_json`: CloudFormation's `Tags` ({Key, Value}) are KMS's {TagKey, TagValue}
+  (stock moto raises KeyError 'TagKey' on a tagged key).
+- `FlowLogs.create_from_cloudformation_json`: an S3 destination with a key prefix
+  (`arn:aws:s3:::bucket/prefix/`) keeps the bucket only (stock moto looks `bucket/prefix/` up as a bucket,
+  fails, and raises IndexError); the flow log records nothing anyway.
+- `Archive.create_from_cloudformation_json`: the name moto generates (`<stack>-<logical id>-<suffix>`) is
+  cut to EventBridge's 48 characters, and the `EventPattern` object is passed as the JSON text moto parses.
+
+EC2 (only with a market, `spotrelay.local.ec2_market`)
+- `InstanceResponse.run_instances` and `SpotInstances.describe_spot_price_history` answer from the
+  market; catalog GPU types moto lacks are added to its instance-type tables.
+
+`check_moto()` compares each patched attribute's signature (and, where the patch depends on a line
+of moto's body, that line) with what this module was written against; `install` refuses to run on
+any difference, naming it.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+from typing import Any, cast
+
+import moto
+from moto.awslambda.models import LambdaFunction
+from moto.ec2.models import instance_types as moto_instance_types
+from moto.ec2.models.flow_logs import FlowLogs, FlowLogsBackend
+from moto.ec2.responses.instances import InstanceResponse
+from moto.ec2.responses.spot_instances import SpotInstances
+from moto.events.models import Archive, Rule
+from moto.kms.models import Key
+from moto.stepfunctions import responses as sfn_responses
+from moto.stepfunctions.models import StateMachine
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp import Timestamp
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
+from moto.stepfunctions.parser.asl.eval.callback import callback
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+from spotrelay.local import cfn_models
+from spotrelay.local.clock import SimulationClock
+from spotrelay.local.ec2_market import (
+    Ec2Market,
+    instance_type_entry,
+    missing_instance_types,
+    sibling_offerings,
+)
+from spotrelay.local.lambdas import InProcessLambdas, LambdaFunctionLike
+
+logger = logging.getLogger(__name__)
+
+MOTO_VERSION = "5.2.5"
+ARCHIVE_NAME_MAX = 48  # EventBridge's limit on archive names
+
+
+# ------------------------------------------------------------------------------------------- canaries
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a patched moto attribute looked like when the patch was written."""
+
+    owner: Any  # class or module
+    name: str
+    signature: str | None  # str(inspect.signature(...)); None for a non-callable attribute
+    body_lines: tuple[str, ...] = ()  # lines of moto's source the patch depends on (stripped)
+
+    @property
+    def where(self) -> str:
+        owner = getattr(self.owner, "__qualname__", None) or getattr(self.owner, "__name__", repr(self.owner))
+        module = getattr(self.owner, "__module__", None) or getattr(self.owner, "__name__", "")
+        return f"{module}.{owner}.{self.name}" if module != owner else f"{owner}.{self.name}"
+
+
+_SFN_ENV = "moto.stepfunctions.parser.asl.eval.environment.Environment"
+
+EXPECTED: tuple[Expected, ...] = (
+    Expected(LambdaFunction, "_invoke_lambda", "(self, event: 'str | None' = None) -> 'tuple[str, bool, str]'"),
+    Expected(
+        LambdaFunction,
+        "invoke",
+        "(self, body: 'str', request_headers: 'Any', response_headers: 'Any') -> 'str | bytes'",
+        ("res, errored, logs = self._invoke_lambda(event=body)",),
+    ),
+    Expected(
+        Rule, "send_to_targets", "(self, original_event: 'EventMessageType', transform_input: 'bool' = True) -> 'None'"
+    ),
+    Expected(
+        ExecutionWorker,
+        "start",
+        "(self)",
+        ("execution_logic_thread = Thread(target=self._execution_logic, daemon=True)",),
+    ),
+    Expected(ExecutionWorker, "_execution_logic", "(self)"),
+    Expected(
+        WaitFunction,
+        "_wait_interval",
+        f"(self, env: {_SFN_ENV}, wait_seconds: int) -> None",
+        ("env.program_state_event.wait(wait_seconds)",),
+    ),
+    Expected(
+        Timestamp,
+        "_get_wait_seconds",
+        f"(self, env: {_SFN_ENV}) -> int",
+        ("delta = timestamp - datetime.datetime.now()",),
+    ),
+    Expected(
+        retrier_decl.RetrierDecl,
+        "_eval_body",
+        "(self, env: 'Environment') -> 'None'",
+        ("time.sleep(interval_seconds)",),
+    ),
+    Expected(retrier_decl, "time", None),
+    Expected(
+        callback.HeartbeatEndpoint,
+        "clear_and_wait",
+        "(self) -> bool",
+        ("return self._next_heartbeat_event.wait(timeout=self._heartbeat_seconds)",),
+    ),
+    Expected(
+        callback.CallbackEndpoint,
+        "wait",
+        "(self, timeout: float | None = None) -> "
+        "moto.stepfunctions.parser.asl.eval.callback.callback.CallbackOutcome | None",
+        ("self._notify_event.wait(timeout=timeout)",),
+    ),
+    Expected(callback.CallbackEndpoint, "__init__", "(self, callback_id: str)", ("self._notify_event = Event()",)),
+    Expected(
+        callback.HeartbeatEndpoint,
+        "__init__",
+        "(self, heartbeat_seconds: int)",
+        ("self._next_heartbeat_event = Event()",),
+    ),
+    Expected(callback, "Event", None),
+    Expected(
+        sfn_environment.Environment,
+        "__init__",
+        "(self, aws_execution_details: 'AWSExecutionDetails', execution_type: 'StateMachineType', "
+        "context: 'ContextObjectData', event_history_context: 'EventHistoryContext', "
+        "cloud_watch_logging_session: 'CloudWatchLoggingSession | None', activity_store: 'dict[Arn, Activity]', "
+        "variable_store: 'VariableStore | None' = None, mock_test_case: 'MockTestCase | None' = None)",
+        ("self.program_state_event = threading.Event()",),
+    ),
+    Expected(
+        StateMachine,
+        "create_from_cloudformation_json",
+        "(cls, resource_name: 'str', cloudformation_json: 'Any', account_id: 'str', region_name: 'str', "
+        "**kwargs: 'Any') -> 'StateMachine'",
+        ("sf_backend = stepfunctions_backends[account_id][region_name]",),
+    ),
+    Expected(
+        StateMachine,
+        "update_from_cloudformation_json",
+        "(cls, original_resource: 'Any', new_resource_name: 'str', cloudformation_json: 'Any', account_id: 'str', "
+        "region_name: 'str') -> 'StateMachine'",
+    ),
+    Expected(
+        StateMachine,
+        "delete_from_cloudformation_json",
+        "(cls, resource_name: 'str', cloudformation_json: 'Any', account_id: 'str', region_name: 'str') -> 'None'",
+    ),
+    Expected(
+        sfn_responses,
+        "get_backend",
+        "(account: str, region: str) -> moto.stepfunctions.models.StepFunctionBackend",
+        ('if sfn_config.get("execute_state_machine", False):',),
+    ),
+    Expected(
+        Key,
+        "create_from_cloudformation_json",
+        "(cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any) "
+        "-> 'Key'",
+        ('tags=properties.get("Tags", []),',),
+    ),
+    Expected(
+        FlowLogs,
+        "create_from_cloudformation_json",
+        "(cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any) "
+        "-> 'FlowLogs'",
+        ("flow_log[0].add_tag(tag_key, tag_value)",),
+    ),
+    Expected(
+        FlowLogsBackend,
+        "create_flow_logs",
+        "(self, resource_type: str, resource_ids: list[str], traffic_type: str, deliver_logs_permission_arn: str, "
+        "log_destination_type: str, log_destination: str, log_group_name: str, log_format: str, "
+        "max_aggregation_interval: int) -> tuple[list[moto.ec2.models.flow_logs.FlowLogs], list[typing.Any]]",
+        ('arn = log_destination.split(":", 5)[5]',),
+    ),
+    Expected(
+        Archive,
+        "create_from_cloudformation_json",
+        "(cls, resource_name: 'str', cloudformation_json: 'Any', account_id: 'str', region_name: 'str', "
+        "**kwargs: 'Any') -> 'Archive'",
+        ('event_pattern = properties.get("EventPattern")',),
+    ),
+    Expected(InstanceResponse, "run_instances", "(self) -> moto.core.responses.ActionResult"),
+    Expected(SpotInstances, "describe_spot_price_history", "(self) -> moto.core.responses.ActionResult"),
+    Expected(moto_instance_types, "INSTANCE_TYPES", None),
+    Expected(moto_instance_types, "INSTANCE_TYPE_OFFERINGS", None),
+    Expected(moto_instance_types.InstanceTypeBackend, "instance_types", None),
+    Expected(moto_instance_types.InstanceType, "__init__", "(self, name: str)", ("self.update(INSTANCE_TYPES[name])",)),
+)
+
+
+class MotoChanged(RuntimeError):
+    """moto is not the version spotrelay.local patches: upgrading moto needs these patches revisited."""
+
+
+def _unwrapped(owner: Any, name: str) -> Any:
+    """The attribute as moto defines it (classmethods and staticmethods unwrapped)."""
+    raw = inspect.getattr_static(owner, name) if inspect.isclass(owner) else getattr(owner, name)
+    return raw.__func__ if isinstance(raw, classmethod | staticmethod) else raw
+
+
+def moto_differences(expectations: Sequence[Expected] = EXPECTED) -> list[str]:
+    """Every way moto differs from what the patches expect (empty: safe to patch)."""
+    problems = []
+    if moto.__version__ != MOTO_VERSION:
+        problems.append(f"moto {moto.__version__} is installed; spotrelay.local patches moto {MOTO_VERSION}")
+    for expected in expectations:
+        target = _ORIGINALS.get((id(expected.owner), expected.name))
+        if target is None:
+            try:
+                target = _unwrapped(expected.owner, expected.name)
+            except AttributeError:
+                problems.append(f"{expected.where}: missing")
+                continue
+        if expected.signature is not None:
+            try:
+                signature = str(inspect.signature(target))
+            except (TypeError, ValueError):
+                problems.append(f"{expected.where}: not a function any more")
+                continue
+            if signature != expected.signature:
+                problems.append(f"{expected.where}: signature {signature} (expected {expected.signature})")
+        if expected.body_lines:
+            try:
+                source_lines = {line.strip() for line in inspect.getsource(target).splitlines()}
+            except (OSError, TypeError):
+                problems.append(f"{expected.where}: source not available")
+                continue
+            problems.extend(
+                f"{expected.where}: no longer contains {line!r}"
+                for line in expected.body_lines
+                if line not in source_lines
+            )
+    return problems
+
+
+def check_moto() -> None:
+    """Raise MotoChanged, naming every difference, unless moto is exactly what the patches expect."""
+    problems = moto_differences()
+    if problems:
+        raise MotoChanged("spotrelay.local cannot patch this moto:\n  " + "\n  ".join(problems))
+
+
+# -------------------------------------------------------------------------------------------- patching
+
+_ORIGINALS: dict[tuple[int, str], Any] = {}  # the unpatched attributes while installed (for the canary)
+_install_lock = threading.Lock()
+_installed: Installed | None = None
+
+
+class _Patcher:
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    @staticmethod
+    def original(owner: Any, name: str) -> Any:
+        """The attribute as it is now (unwrapped from classmethod/staticmethod)."""
+        return _unwrapped(owner, name)
+
+    def replace(self, owner: Any, name: str, value: Any) -> None:
+        """Set owner.name = value, until `undo`."""
+        raw = owner.__dict__[name] if inspect.isclass(owner) else getattr(owner, name)
+        key = (id(owner), name)
+        _ORIGINALS.setdefault(key, _unwrapped(owner, name))
+
+        def restore() -> None:
+            setattr(owner, name, raw)
+            _ORIGINALS.pop(key, None)
+
+        self._undo.append(restore)
+        setattr(owner, name, value)
+
+    def replace_contents(self, target: dict[str, Any], contents: dict[str, Any]) -> None:
+        """Change a dict in place (moto's modules import some by name), until `undo`."""
+        saved = dict(target)
+
+        def restore() -> None:
+            target.clear()
+            target.update(saved)
+
+        self._undo.append(restore)
+        target.clear()
+        target.update(contents)
+
+    def undo(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+@dataclass
+class Installed:
+    """The patches in force; `uninstall()` restores moto."""
+
+    clock: SimulationClock
+    lambdas: InProcessLambdas
+    market: Ec2Market | None
+    deliveries: list[Delivery]
+    _patcher: _Patcher
+
+    def uninstall(self) -> None:
+        global _installed
+        with _install_lock:
+            self._patcher.undo()
+            if _installed is self:
+                _installed = None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """An event EventBridge delivered to a Lambda or Step Functions target (for diagnostics)."""
+
+    rule: str
+    target_arn: str
+    event_id: str
+    error: str | None
+
+
+def installed() -> Installed | None:
+    return _installed
+
+
+def install(clock: SimulationClock, lambdas: InProcessLambdas, market: Ec2Market | None = None) -> Installed:
+    """Patch moto (see the module docstring). One installation at a time."""
+    global _installed
+    with _install_lock:
+        if _installed is not None:
+            raise RuntimeError("spotrelay.local patches are installed already: uninstall them first")
+        check_moto()
+        patcher = _Patcher()
+        deliveries: list[Delivery] = []
+        try:
+            _patch_lambda(patcher, lambdas)
+            _patch_events(patcher, deliveries)
+            _patch_clock(patcher, clock)
+            _patch_cloudformation(patcher)
+            if market is not None:
+                _patch_ec2(patcher, market)
+        except BaseException:
+            patcher.undo()
+            raise
+        _installed = Installed(clock=clock, lambdas=lambdas, market=market, deliveries=deliveries, _patcher=patcher)
+        return _installed
+
+
+# --- Lambda ------------------------------------------------------------------------------------------
+
+
+def _patch_lambda(patcher: _Patcher, lambdas: InProcessLambdas) -> None:
+    def _invoke_lambda(self: LambdaFunction, event: str | None = None) -> tuple[str, bool, str]:
+        return lambdas.invoke(cast(LambdaFunctionLike, self), event)
+
+    patcher.replace(LambdaFunction, "_invoke_lambda", _invoke_lambda)
+
+
+# --- EventBridge -------------------------------------------------------------------------------------
+
+
+def _event_time(value: Any) -> str:
+    if isinstance(value, int | float) or (isinstance(value, str) and value.replace(".", "", 1).isdigit()):
+        return datetime.fromtimestamp(float(value), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return str(value)
+
+
+def aws_event(message: dict[str, Any]) -> dict[str, Any]:
+    """moto's internal event message as EventBridge delivers it to a target."""
+    keys = ("version", "id", "detail-type", "source", "account", "time", "region", "resources", "detail")
+    event = {key: copy.deepcopy(message.get(key)) for key in keys}
+    event["version"] = event["version"] or "0"
+    event["resources"] = event["resources"] or []
+    event["time"] = _event_time(message.get("time"))
+    return event
+
+
+def _target_input(target: dict[str, Any], event: dict[str, Any]) -> Any:
+    """What a target receives: the event, or its Input / InputPath / InputTransformer."""
+    if target.get("Input") is not None:
+        return json.loads(target["Input"])
+    if target.get("InputPath"):
+        value: Any = event
+        for part in str(target["InputPath"]).removeprefix("$").strip(".").split("."):
+            if part:
+                value = value.get(part) if isinstance(value, dict) else None
+        return value
+    transformer = target.get("InputTransformer")
+    if transformer:
+        from moto.events.utils import EventTemplateParser
+
+        return EventTemplateParser.parse(
+            input_template=transformer.get("InputTemplate"),
+            input_paths_map=transformer.get("InputPathsMap", {}),
+            event=cast(Any, event),
+        )
+    return event
+
+
+def _patch_events(patcher: _Patcher, deliveries: list[Delivery]) -> None:
+    original: Callable[..., None] = patcher.original(Rule, "send_to_targets")
+
+    def send_to_targets(self: Rule, original_event: dict[str, Any], transform_input: bool = True) -> None:
+        if self.state != "ENABLED":
+            return
+        if self.scheduled_expression and not self.event_pattern._pattern:
+            return  # a schedule rule matches no event
+        if not self.event_pattern.matches_event(cast(Any, original_event)):
+            return
+        others = _deliver(self, original_event, deliveries, transform_input)
+        if others:
+            rest = copy.copy(self)
+            rest.targets = others
+            original(rest, original_event, transform_input)
+
+    patcher.replace(Rule, "send_to_targets", send_to_targets)
+
+
+def _deliver(
+    rule: Rule, message: dict[str, Any], deliveries: list[Delivery], transform_input: bool = True
+) -> list[dict[str, Any]]:
+    """Deliver to the rule's Lambda and Step Functions targets; returns the other targets."""
+    others = []
+    event = aws_event(message)
+    for target in rule.targets:
+        arn = str(target["Arn"])
+        service = arn.split(":")[2] if arn.count(":") >= 5 else ""
+        if service not in ("lambda", "states"):
+            others.append(target)
+            continue
+        error = None
+        try:
+            payload = _target_input(target, event) if transform_input else event
+            if service == "lambda":
+                error = _deliver_to_lambda(arn, payload)
+            else:
+                _deliver_to_state_machine(arn, payload)
+        except Exception as e:  # EventBridge keeps going: one target's failure is not the others'
+            error = f"{type(e).__name__}: {e}"
+        if error is not None:
+            logger.warning("EventBridge delivery failed", extra={"rule": rule.name, "target": arn, "error": error})
+        deliveries.append(Delivery(rule=rule.name, target_arn=arn, event_id=str(event["id"]), error=error))
+    return others
+
+
+def fire_scheduled_rule(name: str, *, account_id: str, region: str, when: datetime, event_bus: str = "default") -> str:
+    """What EventBridge does when a schedule rule fires: a `Scheduled Event` to each of its targets
+    (moto runs no schedule). Lambda and Step Functions targets only; returns the event id."""
+    from moto.events.models import events_backends
+    from moto.moto_api._internal import mock_random
+
+    current = _installed
+    if current is None:
+        raise RuntimeError("spotrelay.local patches are not installed")
+    rule = events_backends[account_id][region].describe_rule(name, event_bus)
+    message = {
+        "version": "0",
+        "id": str(mock_random.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": account_id,
+        "time": when.timestamp(),
+        "region": region,
+        "resources": [rule.arn],
+        "detail": {},
+    }
+    _deliver(rule, message, current.deliveries)
+    return str(message["id"])
+
+
+def _deliver_to_lambda(arn: str, payload: Any) -> str | None:
+    """An asynchronous invocation, as EventBridge makes it; returns the function error, if any."""
+    from moto.awslambda.utils import get_backend
+
+    parts = arn.split(":")
+    region, account = parts[3], parts[4]
+    function = get_backend(account, region).get_function(arn)
+    response_headers: dict[str, Any] = {}
+    result = function.invoke(json.dumps(payload), {"x-amz-invocation-type": "Event"}, response_headers)
+    if "x-amz-function-error" in response_headers:
+        text = result.decode() if isinstance(result, bytes) else str(result)
+        return f"function error: {text[:500]}"
+    return None
+
+
+def _deliver_to_state_machine(arn: str, payload: Any) -> None:
+    from moto.moto_api._internal import mock_random
+
+    parts = arn.split(":")
+    region, account = parts[3], parts[4]
+    backend = sfn_responses.get_backend(account, region)
+    backend.start_execution(arn, name=str(mock_random.uuid4()), execution_input=json.dumps(payload))
+
+
+# --- the virtual clock ---------------------------------------------------------------------------------
+
+
+def _patch_clock(patcher: _Patcher, clock: SimulationClock) -> None:
+    original_start: Callable[[ExecutionWorker], None] = patcher.original(ExecutionWorker, "start")
+
+    def start(self: ExecutionWorker) -> None:
+        name = self._evaluation_details.execution_details.arn
+        process = clock.spawn(str(name))
+        logic: Callable[[], None] = self._execution_logic
+
+        def run_on_clock() -> None:
+            clock.begin(process)
+            try:
+                logic()
+            finally:
+                clock.end(process)
+
+        self._execution_logic = run_on_clock  # type: ignore[method-assign]
+        try:
+            original_start(self)
+        except BaseException:
+            clock.end(process)
+            raise
+
+    patcher.replace(ExecutionWorker, "start", start)
+
+    def _is_clock_event(value: Any) -> bool:
+        return not isinstance(value, threading.Event)
+
+    def _wait_interval(self: WaitFunction, env: Any, wait_seconds: int) -> None:
+        if wait_seconds <= 0:
+            return
+        deadline = clock.now() + timedelta(seconds=wait_seconds)
+        interrupt = env.program_state_event if _is_clock_event(env.program_state_event) else None
+        while env.is_running() and clock.now() < deadline:
+            clock.sleep_until(deadline, interrupt=interrupt)
+
+    patcher.replace(WaitFunction, "_wait_interval", _wait_interval)
+
+    def _get_wait_seconds(self: Timestamp, env: Any) -> int:
+        self.string.eval(env=env)
+        timestamp_str: str = env.stack.pop()
+        timestamp = self._from_timestamp_string(timestamp=timestamp_str)
+        if timestamp is None:
+            raise FailureEventException(self._create_failure_event(env, timestamp_str))
+        return int((timestamp.replace(tzinfo=UTC) - clock.now()).total_seconds())
+
+    patcher.replace(Timestamp, "_get_wait_seconds", _get_wait_seconds)
+
+    patcher.replace(retrier_decl, "time", _ClockTime(time, clock))
+
+    def make_event() -> Any:
+        return clock.event()
+
+    patcher.replace(callback, "Event", make_event)
+
+    original_init: Callable[..., None] = patcher.original(sfn_environment.Environment, "__init__")
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self.program_state_event = clock.event()
+
+    patcher.replace(sfn_environment.Environment, "__init__", __init__)
+
+
+class _ClockTime:
+    """Stands in for the `time` module in retrier_decl: `sleep` sleeps on the clock."""
+
+    def __init__(self, real: ModuleType, clock: SimulationClock) -> None:
+        self._real = real
+        self._clock = clock
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.sleep(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+# --- CloudFormation ----------------------------------------------------------------------------------
+
+
+def _patch_cloudformation(patcher: _Patcher) -> None:
+    cfn_models.register()
+
+    def create_state_machine(
+        cls: type[StateMachine],
+        /,
+        resource_name: str,
+        cloudformation_json: Any,
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> Any:
+        from moto.stepfunctions.utils import cfn_to_api_tags
+
+        properties = cloudformation_json["Properties"]
+        definition = properties.get("DefinitionString")
+        if definition is None and "Definition" in properties:
+            definition = json.dumps(properties["Definition"])
+        return sfn_responses.get_backend(account_id, region_name).create_state_machine(
+            name=properties.get("StateMachineName", resource_name),
+            definition=definition or "",
+            roleArn=properties.get("RoleArn", ""),
+            tags=cfn_to_api_tags(properties.get("Tags", [])),
+            loggingConfiguration=_lower_keys(properties.get("LoggingConfiguration")),
+            tracingConfiguration=_lower_keys(properties.get("TracingConfiguration")),
+            sm_type=properties.get("StateMachineType"),
+        )
+
+    def delete_state_machine(
+        cls: type[StateMachine], /, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str
+    ) -> None:
+        sfn_responses.get_backend(account_id, region_name).delete_state_machine(resource_name)
+
+    def update_state_machine(
+        cls: type[StateMachine],
+        /,
+        original_resource: Any,
+        new_resource_name: str,
+        cloudformation_json: Any,
+        account_id: str,
+        region_name: str,
+    ) -> Any:
+        properties = cloudformation_json.get("Properties", {})
+        backend = sfn_responses.get_backend(account_id, region_name)
+        name = properties.get("StateMachineName", original_resource.name)
+        if name != original_resource.name:
+            created = create_state_machine(cls, name, cloudformation_json, account_id, region_name)
+            backend.delete_state_machine(original_resource.arn)
+            return created
+        return backend.update_state_machine(
+            original_resource.arn, definition=properties.get("DefinitionString"), role_arn=properties.get("RoleArn")
+        )
+
+    patcher.replace(StateMachine, "create_from_cloudformation_json", classmethod(create_state_machine))
+    patcher.replace(StateMachine, "delete_from_cloudformation_json", classmethod(delete_state_machine))
+    patcher.replace(StateMachine, "update_from_cloudformation_json", classmethod(update_state_machine))
+
+    original_key: Callable[..., Any] = patcher.original(Key, "create_from_cloudformation_json")
+
+    def create_key(
+        cls: type[Key],
+        /,
+        resource_name: str,
+        cloudformation_json: Any,
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> Any:
+        fixed = copy.deepcopy(cloudformation_json)
+        properties = fixed.setdefault("Properties", {})
+        properties["Tags"] = [
+            {"TagKey": t.get("Key", t.get("TagKey")), "TagValue": t.get("Value", t.get("TagValue"))}
+            for t in properties.get("Tags", [])
+        ]
+        if isinstance(properties.get("KeyPolicy"), dict):
+            properties["KeyPolicy"] = json.dumps(properties["KeyPolicy"])
+        return original_key(cls, resource_name, fixed, account_id, region_name, **kwargs)
+
+    patcher.replace(Key, "create_from_cloudformation_json", classmethod(create_key))
+
+    original_flow_log: Callable[..., Any] = patcher.original(FlowLogs, "create_from_cloudformation_json")
+
+    def create_flow_log(
+        cls: type[FlowLogs],
+        /,
+        resource_name: str,
+        cloudformation_json: Any,
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> Any:
+        fixed = copy.deepcopy(cloudformation_json)
+        properties = fixed.setdefault("Properties", {})
+        destination = properties.get("LogDestination")
+        if properties.get("LogDestinationType") == "s3" and isinstance(destination, str):
+            # moto looks the whole `bucket/prefix/` up as a bucket name: keep the bucket only.
+            head, _, rest = destination.partition(":::")
+            properties["LogDestination"] = f"{head}:::{rest.split('/', 1)[0]}" if rest else destination
+        return original_flow_log(cls, resource_name, fixed, account_id, region_name, **kwargs)
+
+    patcher.replace(FlowLogs, "create_from_cloudformation_json", classmethod(create_flow_log))
+
+    original_archive: Callable[..., Any] = patcher.original(Archive, "create_from_cloudformation_json")
+
+    def create_archive(
+        cls: type[Archive],
+        /,
+        resource_name: str,
+        cloudformation_json: Any,
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> Any:
+        fixed = copy.deepcopy(cloudformation_json)
+        properties = fixed.setdefault("Properties", {})
+        if isinstance(properties.get("EventPattern"), dict):
+            properties["EventPattern"] = json.dumps(properties["EventPattern"])
+        name = properties.get("ArchiveName") or resource_name
+        if len(name) > ARCHIVE_NAME_MAX:
+            prefix, _, suffix = name.rpartition("-")
+            name = f"{prefix[: ARCHIVE_NAME_MAX - len(suffix) - 1]}-{suffix}" if prefix else name[:ARCHIVE_NAME_MAX]
+        return original_archive(cls, name, fixed, account_id, region_name, **kwargs)
+
+    patcher.replace(Archive, "create_from_cloudformation_json", classmethod(create_archive))
+
+
+def _lower_keys(value: Any) -> Any:
+    """CloudFormation's PascalCase configuration -> the API's camelCase (LoggingConfiguration, ...)."""
+    if isinstance(value, dict):
+        return {key[:1].lower() + key[1:]: _lower_keys(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_lower_keys(item) for item in value]
+    return value
+
+
+# --- EC2 -----------------------------------------------------------------------------------------------
+
+
+def _patch_ec2(patcher: _Patcher, market: Ec2Market) -> None:
+    original_run: Callable[[Any], Any] = patcher.original(InstanceResponse, "run_instances")
+
+    def run_instances(self: InstanceResponse) -> Any:
+        return market.run_instances(self, original_run)
+
+    patcher.replace(InstanceResponse, "run_instances", run_instances)
+
+    def describe_spot_price_history(self: SpotInstances) -> Any:
+        return market.describe_spot_price_history(self)
+
+    patcher.replace(SpotInstances, "describe_spot_price_history", describe_spot_price_history)
+
+    types: dict[str, Any] = dict(moto_instance_types.INSTANCE_TYPES)
+    offerings: dict[str, Any] = copy.deepcopy(moto_instance_types.INSTANCE_TYPE_OFFERINGS)
+    for name in missing_instance_types(types):
+        types[name] = instance_type_entry(name, types)
+        for location_type, by_region in sibling_offerings(name, moto_instance_types.INSTANCE_TYPE_OFFERINGS).items():
+            for region, rows in by_region.items():
+                offerings.setdefault(location_type, {}).setdefault(region, []).extend(rows)
+    added = [name for name in types if name not in moto_instance_types.INSTANCE_TYPES]
+    patcher.replace_contents(moto_instance_types.INSTANCE_TYPES, types)
+    patcher.replace_contents(moto_instance_types.INSTANCE_TYPE_OFFERINGS, offerings)
+    backend = moto_instance_types.InstanceTypeBackend
+    described = [*backend.instance_types, *(moto_instance_types.InstanceType(name) for name in added)]
+    patcher.replace(backend, "instance_types", described)

@@ -1,0 +1,138 @@
+"""`spotrelay local up`: the stack deployed into moto, served over HTTP for the AWS CLI, boto3 in
+another process, or `cdk deploy`.
+
+moto's server runs in this process next to moto's in-process mock: both use the same backends, so
+what the server's clients create, the in-process Lambda functions and state machines see, and the
+other way round. Time is the wall clock (`WallClock`, optionally faster): Wait states, Retry
+intervals and heartbeats run in real (or scaled) time, because nothing drives a virtual clock here.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from moto.server import ThreadedMotoServer
+
+from spotrelay.local.clock import WallClock
+from spotrelay.local.deploy import LocalStack
+from spotrelay.local.lambdas import REPO_ROOT
+from spotrelay.local.runtime import LocalRuntime
+from spotrelay.market import MarketBuilder, SpotMarket
+
+DEFAULT_PORT = 5055
+DEFAULT_HOST = "localhost"  # not 127.0.0.1: the CDK CLI and some SDKs treat the two differently
+DEFAULT_PRICES = REPO_ROOT / "events" / "prices" / "us-east-1-example.csv"
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ServedStack:
+    endpoint_url: str
+    stack: LocalStack
+    runtime: LocalRuntime
+
+
+def price_market(prices: Path, start: datetime) -> SpotMarket:
+    """A market from a PRICES.csv (the table of `spotrelay place`), unlimited capacity."""
+    return MarketBuilder(start).add_price_file(prices).build()
+
+
+def _check_port(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise PortInUse(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+@contextmanager
+def serve_local_stack(
+    *,
+    port: int = DEFAULT_PORT,
+    host: str = DEFAULT_HOST,
+    region: str = "us-east-1",
+    template: Path | None = None,
+    market: SpotMarket | None = None,
+    speed: float = 1.0,
+    code_root: Path = REPO_ROOT,
+    quiet: bool = False,
+) -> Iterator[ServedStack]:
+    """moto's server on host:port with the stack deployed; stops both when the block ends."""
+    _check_port(host, port)
+    clock = WallClock(market.start if market is not None else None, speed=speed)
+    with LocalRuntime(clock=clock, market=market, region=region, code_root=code_root, quiet=quiet) as runtime:
+        server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
+        server.start()
+        try:
+            stack = runtime.deploy(template)
+            yield ServedStack(endpoint_url=f"http://{host}:{port}", stack=stack, runtime=runtime)
+        finally:
+            server.stop()
+
+
+def describe(served: ServedStack) -> list[str]:
+    """What `local up` prints: the endpoint, the names, and how to talk to it."""
+    stack = served.stack
+    lines = [
+        f"spotrelay stack {stack.stack_name} deployed into moto in {stack.deploy_seconds:.2f} s",
+        f"  endpoint        {served.endpoint_url}   (region {stack.region}, account {stack.account_id})",
+        f"  job queue       {stack.queue_url}",
+        f"  dead letters    {stack.dlq_url}",
+        f"  table           {stack.table_name}",
+        f"  bucket          {stack.bucket_name}",
+        f"  state machine   {stack.state_machine_arn}",
+        f"  launch template {stack.launch_template_id}",
+        "  subnets         " + ", ".join(f"{zone} {subnet}" for zone, subnet in stack.subnets.items()),
+        "  functions",
+        *(f"    {name:<12}  {function}" for name, function in stack.functions.items()),
+        "",
+        "Try it (any credentials do):",
+        f"  export AWS_DEFAULT_REGION={stack.region} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing",
+        f"  aws --endpoint-url {served.endpoint_url} sqs send-message --queue-url {stack.queue_url} "
+        "--message-body file://job.json",
+        f"  aws --endpoint-url {served.endpoint_url} lambda invoke "
+        f"--function-name {stack.functions.get('dispatcher', '<dispatcher>')} /dev/stdout",
+        f"  aws --endpoint-url {served.endpoint_url} stepfunctions list-executions "
+        f"--state-machine-arn {stack.state_machine_arn}",
+        "",
+        "Ctrl-C stops it.",
+    ]
+    return lines
+
+
+def run_local_up(
+    *,
+    port: int,
+    region: str,
+    prices: Path | None,
+    template: Path | None,
+    speed: float,
+    echo: Callable[[str], None],
+    until: threading.Event | None = None,
+) -> int:
+    """Serve until Ctrl-C (or `until` is set); returns the exit status."""
+    market = price_market(prices, datetime.now(UTC)) if prices is not None else None
+    stop = until or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())  # `kill`, docker stop: as Ctrl-C
+    with serve_local_stack(port=port, region=region, template=template, market=market, speed=speed) as served:
+        try:
+            for line in describe(served):
+                echo(line)
+            while not stop.wait(3600):
+                pass
+        except KeyboardInterrupt:
+            pass
+        echo("stopping")
+    return 0

@@ -1,0 +1,66 @@
+"""`spotrelay local up`: the deployed stack behind moto's HTTP server, used the way the AWS CLI or boto3
+in another process uses it (through the endpoint URL, not the in-process mock)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from typer.testing import CliRunner
+
+from spotrelay.cli import app
+from spotrelay.local.server import describe, price_market, serve_local_stack
+
+from .conftest import START
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("localhost", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_client_of_the_endpoint_runs_a_job(
+    synthesized_template: Path, events_dir: Path, resnet50_message: str
+) -> None:
+    # the example prices are stamped in the first hour of START: all of them hold an hour later
+    market = price_market(events_dir / "prices" / "us-east-1-example.csv", START + timedelta(hours=1))
+    with serve_local_stack(port=free_port(), template=synthesized_template, market=market, quiet=True) as served:
+        stack = served.stack
+
+        def client(service: str) -> Any:
+            return boto3.client(  # type: ignore[call-overload]
+                service,
+                endpoint_url=served.endpoint_url,
+                region_name=stack.region,
+                config=Config(retries={"total_max_attempts": 1}),
+            )
+
+        # When a client of the endpoint submits the job and invokes the dispatcher
+        client("sqs").send_message(QueueUrl=stack.queue_url, MessageBody=resnet50_message)
+        answer = client("lambda").invoke(FunctionName=stack.functions["dispatcher"], Payload=b"{}")
+        report = json.loads(answer["Payload"].read())
+        # Then the job was admitted, its execution runs, and EC2 started an instance at the market's price
+        assert len(report["admitted"]) == 1
+        (execution,) = client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+        assert execution["name"] == report["admitted"][0]
+        assert served.runtime.market is not None
+        (launch,) = served.runtime.market.wait_for_launches(1, timeout=20)  # the execution runs on its own thread
+        assert launch.pool.availability_zone in stack.subnets
+        assert launch.spot_price == market.price(launch.pool, market.to_hours(launch.at))
+        reservations = client("ec2").describe_instances(InstanceIds=[launch.instance_id])["Reservations"]
+        assert reservations[0]["Instances"][0]["InstanceLifecycle"] == "spot"
+        printed = "\n".join(describe(served))
+        assert served.endpoint_url in printed
+        assert stack.queue_url in printed
+
+
+def test_local_up_is_a_command() -> None:
+    result = CliRunner().invoke(app, ["local", "up", "--help"])
+    assert result.exit_code == 0
+    assert "--port" in result.output
