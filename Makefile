@@ -3,8 +3,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TEMPLATE := cdk.out/SpotRelay.template.json
 
-.PHONY: demo test lint format typecheck unit synth bench-place bench-agent lock clean
+.PHONY: demo test test-slow lint format typecheck unit synth bench-place bench-agent lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,9 +15,14 @@ $(STAMP): requirements.lock pyproject.toml
 	@$(BIN)/python -c "import spotrelay, pydantic, typer" # fail here, not later, if the install broke
 	@touch $@
 
-## demo: show which GPU pool the example job gets on the bundled example prices, and why
-demo: $(STAMP)
-	$(BIN)/spotrelay place events/jobs/resnet50.yaml --prices events/prices/us-east-1-example.csv --explain
+## demo: the whole system on moto - the synthesized stack, the flagship scenario on a virtual clock:
+## jobs interrupted, checkpointed and relaunched on the next-cheapest pools; timeline and cost report
+demo: $(STAMP) node_modules $(TEMPLATE)
+	$(BIN)/spotrelay replay events/scenarios/flagship.yaml
+
+# The template the replay deploys: synthesized when missing or older than the CDK app (make synth).
+$(TEMPLATE): $(STAMP) node_modules app.py cdk.json $(wildcard stacks/*.py) spotrelay/config.py
+	$(MAKE) synth
 
 ## test: lint, type-check and run the whole test suite
 test: lint typecheck synth unit
@@ -30,6 +36,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -n 2
+
+## test-slow: the long replays kept out of make test (the 50-job burst scenario)
+test-slow: $(STAMP) node_modules $(TEMPLATE)
+	$(BIN)/pytest -q -m slow
 
 ## node_modules: the pinned aws-cdk CLI (package-lock.json), installed exactly
 node_modules: package.json package-lock.json
@@ -53,6 +63,11 @@ format: $(STAMP)
 ## bench-place: time placement over a 100-type x 6-AZ price table
 bench-place: $(STAMP)
 	$(BIN)/python -m spotrelay.policy.bench_placement
+
+## bench-replay: replay speed (simulated hours per wall second), flagship scenario and the 50-job burst
+.PHONY: bench-replay
+bench-replay: $(STAMP) node_modules $(TEMPLATE)
+	$(BIN)/python -m spotrelay.local.bench_replay
 
 ## bench-agent: time from a spot notice to the committed checkpoint of a 1 GiB checkpoint dir (moto server)
 bench-agent: $(STAMP)

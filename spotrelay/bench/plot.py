@@ -32,7 +32,6 @@ POLICY_COLORS: dict[str, Color] = {
     "uniform-progress": (40, 110, 200),
     "skypilot-eager": (140, 80, 170),
     "spotrelay": (20, 150, 80),
-    "spotrelay+overhead": (0, 110, 110),
     "spotrelay+migrate": (110, 170, 40),
     "omniscient": (60, 60, 60),
 }

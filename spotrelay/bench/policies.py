@@ -23,8 +23,15 @@ decision point, run on a pool (spot or on-demand) or wait.
   observed during the run (and the Advisor bands, if given), the market choice inside `place()`; then
   the launch: the first ranked pool that takes it (a refused pool is blocked for
   `REFUSED_POOL_BLOCK_MINUTES` and the next is tried; all refused: place again). A job on on-demand
-  stays there (the control plane never re-places a running job). On a preemption, the job's recovery
-  strategy decides (block the pool, prefer it, or fail the job).
+  stays there (the control plane never re-places a running job), so `place()` is called without
+  `migrates`: an idle job behind schedule with no spot waits for spot until the safety net. The restart
+  overhead `place()` assumes is the spec's (`placement.restart_overhead_minutes`), which the workloads set
+  to the job's real d. On a preemption, the job's recovery strategy decides (block the pool, prefer it,
+  or fail the job).
+- `spotrelay+migrate` (a what-if, not what the control plane does): as `spotrelay`, and a job running on
+  on-demand is re-placed at every market change with `current_market=on-demand` and moved back to spot
+  when the market choice says so (Uniform Progress's hysteresis); `place(migrates=True)`, so an idle job
+  behind schedule goes on-demand to catch up, as in the paper.
 
 `omniscient` is not an online policy: see `spotrelay.bench.omniscient`.
 """
@@ -38,7 +45,6 @@ from spotrelay.bench.sim import WAKE_EPSILON_HOURS, Decision, JobContext, JobPol
 from spotrelay.control.lifecycle import PLAN_DEPTH, REFUSED_POOL_BLOCK_MINUTES
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, Pool
 from spotrelay.policy import (
-    DEFAULT_RESTART_OVERHEAD_HOURS,
     AttemptEnded,
     BlockedPool,
     EndKind,
@@ -50,6 +56,9 @@ from spotrelay.policy import (
     placement,
     recovery,
 )
+
+# Sums of hours carry floating-point rounding; far below WAKE_EPSILON_HOURS.
+THRESHOLD_ROUNDING_HOURS = 1e-9
 
 
 def _first(*times: float | None) -> float | None:
@@ -64,8 +73,16 @@ def uniform_progress_wake(ctx: JobContext, st: JobStatus, restart_overhead_hours
     od_run = ctx.on_demand_run_hours(st.remaining)
     net = None if od_run is None else job.deadline_at - od_run - 2 * restart_overhead_hours
     line = job.submit_hours + st.work_done * job.deadline_hours / job.work_hours
-    # A threshold at or before now (progress exactly on the line) flips as soon as time moves on.
-    return _first(*(max(t, st.t) + WAKE_EPSILON_HOURS for t in (net, line) if t is not None and t >= st.t))
+    # A threshold at or before now (progress exactly on the line) flips as soon as time moves on. One a
+    # rounding error before now counts too: the rule's own comparison (time left < run + 2d, summed in another
+    # order) may not have flipped yet, and an idle job waiting for the safety net must not sleep through it.
+    return _first(
+        *(
+            max(t, st.t) + WAKE_EPSILON_HOURS
+            for t in (net, line)
+            if t is not None and t >= st.t - THRESHOLD_ROUNDING_HOURS
+        )
+    )
 
 
 def hysteresis_crossing(ctx: JobContext, st: JobStatus, restart_overhead_hours: float) -> float | None:
@@ -194,19 +211,19 @@ class SkypilotEager:
 class Spotrelay:
     """The control plane's Place -> Launch -> Recover loop on the simulated market (module docstring).
 
-    Two options, off by default (the control plane as it is), for measuring what would change:
-    `restart_overhead_hours`: what `place()` is told (None: its default, as the control plane calls it —
-    the job spec has no field for the overhead); `migrate`: re-place a job running on on-demand at every
-    market change with `current_market=on-demand`, and move it back to spot when the market choice says
-    so (Uniform Progress's hysteresis; the control plane has no such path today).
+    `place()` gets the restart overhead from the job spec, as the control plane calls it. One option, off
+    by default (the control plane as it is), for measuring what would change: `migrate`: re-place a job
+    running on on-demand at every market change with `current_market=on-demand`, and move it back to spot
+    when the market choice says so (Uniform Progress's hysteresis; the control plane has no such path
+    today); `place(migrates=True)` then lets an idle job behind schedule catch up on on-demand.
     """
 
     name = "spotrelay"
 
-    def __init__(self, ctx: JobContext, restart_overhead_hours: float | None = None, migrate: bool = False) -> None:
+    def __init__(self, ctx: JobContext, migrate: bool = False) -> None:
         self.ctx = ctx
         job = ctx.job
-        self.overhead = DEFAULT_RESTART_OVERHEAD_HOURS if restart_overhead_hours is None else restart_overhead_hours
+        self.overhead = job.spec.placement.restart_overhead_hours  # what place() assumes
         self.migrate = migrate
         self.blocks: list[BlockedPool] = []
         self.observed: dict[str, tuple[int, float]] = {}
@@ -249,8 +266,8 @@ class Spotrelay:
                 interruptions=interruptions,
                 on_demand_prices=self.on_demand_prices,
                 zones=self.zones,
-                restart_overhead_hours=self.overhead,
                 current_market=Market.ON_DEMAND if on_demand else None,
+                migrates=self.migrate,
             )
             plan = list(ranking.ranked[:PLAN_DEPTH])
             if on_demand and (ranking.market.action is not MarketAction.SPOT or not plan):
@@ -352,15 +369,10 @@ class Spotrelay:
 PolicyClass = Callable[[JobContext], JobPolicy]
 
 
-def spotrelay_told_overhead(ctx: JobContext) -> JobPolicy:
-    """`spotrelay+overhead`: the control plane, with `place()` told the job's real restart overhead."""
-    return Spotrelay(ctx, restart_overhead_hours=ctx.job.restart_overhead_hours)
-
-
 def spotrelay_migrating(ctx: JobContext) -> JobPolicy:
-    """`spotrelay+migrate`: as `spotrelay+overhead`, and a job on on-demand is re-placed at market changes
-    and moved back to spot when the market choice says so (not what the control plane does today)."""
-    return Spotrelay(ctx, restart_overhead_hours=ctx.job.restart_overhead_hours, migrate=True)
+    """`spotrelay+migrate`: as `spotrelay`, and a job on on-demand is re-placed at market changes and moved
+    back to spot when the market choice says so (not what the control plane does today)."""
+    return Spotrelay(ctx, migrate=True)
 
 
 ONLINE_POLICIES: dict[str, PolicyClass] = {
@@ -372,7 +384,6 @@ ONLINE_POLICIES: dict[str, PolicyClass] = {
 }
 # What-if variants of `spotrelay`, run on request (`--policies ...,spotrelay+migrate`) and by `make bench`.
 SPOTRELAY_VARIANTS: dict[str, PolicyClass] = {
-    "spotrelay+overhead": spotrelay_told_overhead,
     "spotrelay+migrate": spotrelay_migrating,
 }
 ALL_POLICIES: dict[str, PolicyClass] = {**ONLINE_POLICIES, **SPOTRELAY_VARIANTS}

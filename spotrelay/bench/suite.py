@@ -185,19 +185,12 @@ def gap_analysis(runs: Sequence[WorkloadRun]) -> list[str]:
     if not runs:
         return []
     lines = ["## Why spotrelay misses the targets, and what would close them", ""]
-    told = "spotrelay+overhead"
     rows = []
     for run in runs:
         f = figures(run)
-        late = f["spotrelay"].deadline_misses
-        late_d = sorted(
-            {
-                j.restart_overhead_hours
-                for j, r in zip(run.workload.jobs, run.results["spotrelay"], strict=True)
-                if not r.deadline_met
-            }
-        )
-        told_late = f[told].deadline_misses if told in f else None
+        late_jobs = [j for j, r in zip(run.workload.jobs, run.results["spotrelay"], strict=True) if not r.deadline_met]
+        late_d = sorted({j.restart_overhead_hours for j in late_jobs})
+        periodic = sum(not j.checkpoint_on_notice for j in late_jobs)
         share = on_demand_share(run.results["spotrelay"])
         up_share = on_demand_share(run.results["uniform-progress"]) if "uniform-progress" in run.results else None
         online_ok = [
@@ -208,46 +201,57 @@ def gap_analysis(runs: Sequence[WorkloadRun]) -> list[str]:
         best = min(online_ok) if online_ok else None
         both = "spotrelay+migrate" in run.results and "uniform-progress" in run.results
         migrate = _ratio_of(run, "spotrelay+migrate", "uniform-progress") if both else "-"
+        greedy = _ratio_of(run, "spotrelay", "greedy") if "greedy" in run.results else "-"
+        details = [f"d = {'/'.join(f'{d:g}' for d in late_d)} h"] if late_jobs else []
+        if periodic:
+            details.append(f"{periodic} checkpoint only periodically")
         rows.append(
-            f"| {run.workload.name} | {late}"
-            + (f" (d = {'/'.join(f'{d:g}' for d in late_d)} h)" if late else "")
-            + f" | {'-' if told_late is None else told_late} | {share:.0%}"
+            f"| {run.workload.name} | {len(late_jobs)}"
+            + (f" ({'; '.join(details)})" if details else "")
+            + f" | {greedy} | {share:.0%}"
             + f" | {'-' if up_share is None else f'{up_share:.0%}'}"
             + f" | {migrate}"
             + f" | {'-' if best is None else f'{best[1]} {best[0]:.3f}x'} |"
         )
     lines += [
-        "| workload | spotrelay late | spotrelay+overhead late | spotrelay on-demand share of billed hours "
+        "| workload | spotrelay late | spotrelay cost / greedy | spotrelay on-demand share of billed hours "
         "| uniform-progress on-demand share | spotrelay+migrate cost / uniform-progress | best online policy "
         "meeting every deadline, vs omniscient |",
         "|---|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
-        "1. **Deadlines.** The control plane calls `place()` without a restart overhead, so it assumes the "
-        "default 0.1 h; the job spec has no field for it. Uniform Progress's safety net keeps 2 x 0.1 h of "
-        "slack, which for a job whose restart really takes 0.2 h is exactly one restart: the switch to "
-        "on-demand at the net leaves no margin, and the job ends just after its deadline (here by the "
-        "replay's wake-up epsilon; in production by up to a Place backoff, 15 min). Telling `place()` the "
-        "job's overhead (`spotrelay+overhead`) removes the misses at the same cost. To close it: a "
-        "restart-overhead field in the job spec, or the overhead measured per pool from the attempts "
-        "(`running_at - started_at`), passed to `place()`.",
-        "2. **Cost.** `place()`'s market choice is Uniform Progress. Its rule 1 (an idle job behind the "
-        "uniform line goes on-demand) pays off only with rule 3 (back to spot once ahead again), and the "
-        "control plane never re-places a running job: the first time a job is idle and behind — at its start "
-        "when no pool has capacity, or after a preemption while its pool is blocked — it stays on on-demand "
-        "to the end (the on-demand share above). `spotrelay+migrate` re-places jobs running on on-demand at "
-        "market changes with `current_market=on-demand` and follows rule 3; that brings it to about "
-        "uniform-progress's cost. To close it: a control-plane path that re-places on-demand jobs (on "
-        "capacity changes or the reconcile schedule) and migrates them through a checkpoint.",
-        "3. **What remains.** eager-next-pool blocks a lost pool for 60 min and a refused launch blocks a pool "
-        "for 10 min; the traces' outages are often shorter, and in the single-zone setting the job has no "
-        "other pool, so a block can send a job behind the line to on-demand. Even then, in the single-zone "
-        "setting spotrelay runs Uniform Progress's own rules on the same single pool: it can tie "
-        "uniform-progress, not beat it. Beating it needs a better market choice than the paper's (e.g. one "
-        "that uses the interruption model's estimate of a pool's availability): new policy work, not done here.",
-        "4. **1.2x of omniscient.** The bound is a relaxation (no restart overheads but one, fractional use "
-        "of every hour with perfect foresight); the last column shows how far the best online policy that "
-        "meets every deadline is from it.",
+        "1. **Deadlines.** The restart overhead is part of the job spec (`placement.restart_overhead_minutes`, "
+        "default 6 min); the workloads put each job's real d there and the control plane's `place()` uses it, so "
+        "Uniform Progress's safety net keeps two of the job's own restarts of slack. Its guarantee assumes that a "
+        "preemption loses no work. A job that checkpoints only periodically can lose up to an interval of work at a "
+        "preemption just outside the net; then not even on-demand can finish in time, `place()` rejects every pool "
+        "for the deadline, and the job waits until `max_wait_hours` fails it with NoCapacity (the replay then "
+        "rescues it on on-demand and counts it late, by about a day). Waiting for spot while behind (point 2) keeps "
+        "jobs nearer the net than catching up on on-demand does, so they are more exposed to this than "
+        "uniform-progress; greedy's misses of such jobs are the same loss. To close it: a net that also keeps the "
+        "work at risk (the checkpoint interval) for jobs whose final checkpoint may fail, and a job that can no "
+        "longer meet its deadline placed on on-demand at once rather than left waiting.",
+        "2. **Cost.** `place()`'s market choice is Uniform Progress. Its rule 1 (an idle job behind the uniform line "
+        "goes on-demand) pays off only with rule 3 (back to spot once ahead again), and the control plane never "
+        "re-places a running job, so rule 1 alone would mean on-demand to the end. The control plane therefore calls "
+        "`place()` without `migrates`: an idle job behind the line with no spot waits for spot until the safety net "
+        "(`uniform_progress(returns_to_spot=False)`), as greedy waits until its slack runs out. That makes it at "
+        "best about as cheap as greedy, not as uniform-progress: once the net fires the job runs on on-demand to the "
+        "end (the on-demand share above). `spotrelay+migrate` re-places jobs running on on-demand at market changes "
+        "with `current_market=on-demand` and `place(migrates=True)`, following rules 1 and 3; that brings it to "
+        "about uniform-progress's cost. To close it: a control-plane path that re-places on-demand jobs (on capacity "
+        "changes or the reconcile schedule) and migrates them through a checkpoint.",
+        "3. **What remains.** eager-next-pool blocks a lost pool for 60 min and a refused launch blocks a pool for "
+        "10 min; the traces' outages are often shorter, and in the single-zone setting the job has no other pool, so "
+        "a block keeps a job off spot when it comes back and brings it to the safety net sooner, after which it runs "
+        "on on-demand to the end. That is most of what separates spotrelay from greedy there. Even without blocks, "
+        "in the single-zone setting spotrelay runs Uniform Progress's own rules on the same single pool: with "
+        "migration it can tie uniform-progress, not beat it. Beating it needs a better market choice than the "
+        "paper's (e.g. one that uses the interruption model's estimate of a pool's availability): new policy work, "
+        "not done here.",
+        "4. **1.2x of omniscient.** The bound is a relaxation (no restart overheads but one, fractional use of every "
+        "hour with perfect foresight); the last column shows how far the best online policy that meets every "
+        "deadline is from it.",
         "",
     ]
     return lines
@@ -277,15 +281,16 @@ ABOUT = """## How to read this
   slack); `uniform-progress` the paper's rules (`spotrelay.policy.uniform_progress`, told the job's d),
   returning to spot from on-demand; `skypilot-eager` the cheapest available spot pool, the lost zone blocked
   for the next launch, waits for spot (never on-demand, no deadline).
-- `spotrelay` is the control plane as it is: `place()` (with its default restart overhead, 0.1 h, since
-  the job spec has no field for it; the interruption model sharpened by the job's own preemptions), launch
-  in rank order (refused pools blocked 10 min), recovery by the job's strategy (eager-next-pool blocks a lost
-  pool 60 min), and a job on on-demand stays there. One idealisation in its favour: an idle job is
-  re-placed at every market change and when a block lapses, where production re-places after the Wait
-  state's backoff (1 to 15 min). `spotrelay+overhead` tells `place()` the job's real d; `spotrelay+migrate`
-  also re-places jobs running on on-demand at market changes and moves them back to spot when Uniform
-  Progress's hysteresis allows (`place(current_market=on-demand)`), which the control plane does not do
-  today. They measure what closing those gaps would give; they are not what runs in production.
+- `spotrelay` is the control plane as it is: `place()` (with the restart overhead of the job spec, which
+  the workloads set to the job's real d; the interruption model sharpened by the job's own preemptions;
+  no `migrates`, so an idle job behind schedule waits for spot until the safety net), launch in rank order
+  (refused pools blocked 10 min), recovery by the job's strategy (eager-next-pool blocks a lost pool
+  60 min), and a job on on-demand stays there. One idealisation in its favour: an idle job is re-placed at
+  every market change and when a block lapses, where production re-places after the Wait state's backoff
+  (1 to 15 min). `spotrelay+migrate` also re-places jobs running on on-demand at market changes and moves
+  them back to spot when Uniform Progress's hysteresis allows (`place(current_market=on-demand)`), and
+  lets an idle job behind schedule catch up on on-demand (`place(migrates=True)`), which the control plane
+  does not do today. It measures what closing that gap would give; it is not what runs in production.
 - Misses of jobs that checkpoint only periodically come from the work a preemption loses (up to an hour),
   which a policy's fixed margin (d or 2d) does not cover.
 
@@ -316,9 +321,9 @@ jobs:
     work_hours: 24
     limits: {deadline_hours: 36}
     recovery: same-pool-first
-    submit: 2h                        # bench keys: when (after the traces' start), the restart overhead,
-    restart_overhead: 6m              #   checkpoint at the notice or not, zones, one copy per zone,
-    checkpoint_on_notice: true        #   and repeats
+    submit: 2h                        # bench keys: when (after the traces' start), the restart overhead
+    restart_overhead: 6m              #   (also the spec's placement.restart_overhead_minutes unless set),
+    checkpoint_on_notice: true        #   checkpoint at the notice or not, zones, one copy per zone, repeats
     per_zone: true
     repeat: {count: 10, every: 24h}
 ```"""

@@ -60,7 +60,7 @@ from spotrelay.market import (
     parse_duration,
 )
 from spotrelay.models import JobSpec, JobSpecError, PriceQuote, RecoveryStrategyName, parse_job_spec
-from spotrelay.models.job_spec import decode_document
+from spotrelay.models.job_spec import DEFAULT_RESTART_OVERHEAD_MINUTES, decode_document
 
 # The Can't Be Late paper's setting (NSDI'24, §6): p3.2xlarge, 48 h of work, two deadlines, two
 # restart overheads, its spot and on-demand prices.
@@ -325,7 +325,9 @@ def job_spec(
     recovery: RecoveryStrategyName = RecoveryStrategyName.EAGER_NEXT_POOL,
     checkpoint_interval_minutes: float = 15,
     max_interruptions: int = UNLIMITED_INTERRUPTIONS,
+    restart_overhead_hours: float = DEFAULT_RESTART_OVERHEAD_MINUTES / 60,
 ) -> JobSpec:
+    """A bench job's spec; `restart_overhead_hours` is the job's real d, which the spec tells `place()`."""
     resources: dict[str, Any] = {"gpus": gpus}
     if gpu_models is not None:
         resources["gpu_models"] = list(gpu_models)
@@ -338,6 +340,7 @@ def job_spec(
             "checkpoint": {"interval_minutes": checkpoint_interval_minutes},
             "limits": {"deadline_hours": deadline_hours, "max_interruptions": max_interruptions},
             "recovery": {"strategy": recovery},
+            "placement": {"restart_overhead_minutes": restart_overhead_hours * 60},
         }
     )
 
@@ -370,7 +373,12 @@ def cant_be_late(inputs: BenchInputs, *, multi_zone: bool = False) -> Workload:
                 for offset in offsets:
                     name = f"cbl-{where}-D{deadline:g}-d{overhead:g}-t{offset:g}"
                     spec = job_spec(
-                        name, gpus=1, gpu_models=["V100"], work_hours=PAPER_WORK_HOURS, deadline_hours=deadline
+                        name,
+                        gpus=1,
+                        gpu_models=["V100"],
+                        work_hours=PAPER_WORK_HOURS,
+                        deadline_hours=deadline,
+                        restart_overhead_hours=overhead,
                     )
                     jobs.append(
                         BenchJob(
@@ -462,6 +470,7 @@ def fleet(inputs: BenchInputs, *, seed: int = 1, count: int = FLEET_JOBS) -> Wor
             deadline_hours=deadline,
             recovery=recovery,
             checkpoint_interval_minutes=interval,
+            restart_overhead_hours=overhead,
         )
         types = fitting_types(spec, allowed)
         jobs.append(
@@ -506,7 +515,7 @@ class _JobEntry(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     submit: float = 0.0
-    restart_overhead: float = 0.1
+    restart_overhead: float | None = None  # None: the spec's placement.restart_overhead_minutes
     checkpoint_on_notice: bool = True
     zones: tuple[str, ...] | None = None
     per_zone: bool = False
@@ -514,8 +523,8 @@ class _JobEntry(BaseModel):
 
     @field_validator("submit", "restart_overhead", mode="before")
     @classmethod
-    def _duration(cls, value: object) -> float:
-        return parse_duration(value)
+    def _duration(cls, value: object) -> float | None:
+        return None if value is None else parse_duration(value)
 
 
 class _WorkloadFile(BaseModel):
@@ -548,7 +557,9 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
         recovery: same-pool-first
         checkpoint: {interval_minutes: 30}
         submit: 2h                    # after the traces' start (default 0)
-        restart_overhead: 6m          # d, paid at every (re)start (default 0.1 h)
+        restart_overhead: 6m          # d, paid at every (re)start, also put in the spec for place()
+                                      #   (default: placement.restart_overhead_minutes, 6 min unless set;
+                                      #   set both to replay a job whose spec misjudges its overhead)
         checkpoint_on_notice: false   # default true: nothing is lost at a preemption
         zones: [us-east-1c]           # this job's zones (default: the workload's)
         per_zone: true                # one copy per zone, each limited to it (the paper's single-zone runs)
@@ -592,11 +603,18 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
     for index, entry in enumerate(parsed.jobs):
         raw = dict(entry.model_extra or {})
         raw.setdefault("run", {"command": "bench"})
+        placement = raw.get("placement")
+        if entry.restart_overhead is not None and (placement is None or isinstance(placement, dict)):
+            # The job's real d goes into its spec, as a user would write it, unless the spec says otherwise.
+            raw["placement"] = {"restart_overhead_minutes": entry.restart_overhead * 60, **(placement or {})}
         where = f"{path}: jobs[{index}]"
         try:
             spec = parse_job_spec(raw, where)
         except JobSpecError as e:
             raise WorkloadError(str(e)) from None
+        overhead = (
+            entry.restart_overhead if entry.restart_overhead is not None else spec.placement.restart_overhead_hours
+        )
         types = fitting_types(spec, allowed)
         prices = {t: p for t in types if (p := parsed.on_demand_usd_per_hour.get(t, on_demand_price(t) or -1)) > 0}
         zones = entry.zones or all_zones
@@ -616,7 +634,7 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
                         name=name[:63],
                         spec=spec,
                         submit_hours=entry.submit + k * every,
-                        restart_overhead_hours=entry.restart_overhead,
+                        restart_overhead_hours=overhead,
                         zones=zone_set,
                         instance_types=types,
                         on_demand_prices=prices,

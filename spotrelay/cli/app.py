@@ -312,7 +312,7 @@ def bench_command(
         typer.Option(
             "--policies",
             metavar="a,b,...",
-            help="policies to compare (also: the what-if variants spotrelay+overhead, spotrelay+migrate)",
+            help="policies to compare (also: the what-if variant spotrelay+migrate)",
         ),
     ] = "on-demand,greedy,uniform-progress,skypilot-eager,spotrelay,omniscient",
     seed: Annotated[int, typer.Option("--seed", help="seed of the fleet workload's generator")] = 1,
@@ -363,6 +363,93 @@ def bench_command(
         except OSError as e:
             fail(f"--plot {plot}: cannot write: {e.strerror}")
         err.print(f"wrote {plot}", markup=False)
+
+
+@app.command("replay")
+def replay_command(
+    scenario: Annotated[Path, typer.Argument(metavar="SCENARIO.yaml", help="a replay scenario (events/scenarios/)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the jobs and the expectations as JSON")] = False,
+    seed: Annotated[int | None, typer.Option("--seed", help="default: the scenario's seed")] = None,
+) -> None:
+    """Replay a scenario: the synthesized stack deployed into moto, the scenario's market behind EC2,
+    its jobs and recorded events on a virtual clock, simulated workers checkpointing into moto S3.
+
+    \b
+    Prints the timeline (submitted, placed on, interrupted, checkpointed,
+    relaunched on, finished) and a cost report per job; exits 1 if one of
+    the scenario's expectations fails.
+    """
+    try:
+        from spotrelay.local.deploy import DeployError
+        from spotrelay.local.replay import render_text, replay
+        from spotrelay.local.scenario import ScenarioError, load_scenario
+        from spotrelay.market import MarketSpecError
+    except ImportError as e:
+        fail(f"the replay needs moto: pip install 'spotrelay[local,aws]' ({e})")
+    try:
+        result = replay(load_scenario(scenario), seed=seed)
+    except (ScenarioError, MarketSpecError, DeployError) as e:
+        fail(str(e))
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        sys.stdout.write(render_text(result) + "\n")
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+events_app = typer.Typer(
+    help="Recorded events: export the stack's archived EC2 spot events for a replay.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(events_app, name="events")
+
+
+@events_app.command("export")
+def events_export_command(
+    since: Annotated[str, typer.Option("--since", help="how far back: 24h, 90m, 2d")] = "24h",
+    stack: Annotated[str, typer.Option("--stack", help="the CloudFormation stack")] = "SpotRelay",
+    region: Annotated[str | None, typer.Option("--region", help="default: the AWS configuration's")] = None,
+) -> None:
+    """Write the stack's archived EC2 events of the last SINCE to stdout, one JSON event a line, each
+    noted with its job and attempt: `spotrelay events export --since 24h > incident.jsonl`.
+
+    \b
+    EventBridge cannot read an archive: this replays it (StartReplay) onto its
+    bus, filtered to a temporary rule that sends it to a temporary SQS queue,
+    reads the queue, then deletes the rule and the queue. It takes minutes.
+    """
+    from datetime import UTC, datetime, timedelta
+
+    import boto3
+
+    from spotrelay.aws.store import DynamoJobStore
+    from spotrelay.local.scenario_export import ExportError, export_archive, stack_archive, stack_table, to_jsonl
+    from spotrelay.market import parse_duration
+
+    try:
+        hours = parse_duration(since, "--since")
+    except ValueError as e:
+        fail(str(e))
+    session = boto3.session.Session(region_name=region)
+    until = datetime.now(UTC)
+    try:
+        cloudformation = session.client("cloudformation")
+        archive = stack_archive(cloudformation, stack, session.client("events"))
+        store = DynamoJobStore(stack_table(cloudformation, stack), session.client("dynamodb"))
+        exported = export_archive(
+            events=session.client("events"),
+            sqs=session.client("sqs"),
+            archive_name=archive,
+            since=until - timedelta(hours=hours),
+            until=until,
+            store=store,
+        )
+    except ExportError as e:
+        fail(str(e))
+    sys.stdout.write(to_jsonl(exported))
+    err.print(f"exported {len(exported)} event(s) from archive {archive}", markup=False)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,6 +37,7 @@ from spotrelay.policy import (
     EndKind,
     Fail,
     InterruptionModel,
+    MarketDecision,
     active_blocks,
     decide_recovery,
     place,
@@ -45,6 +47,7 @@ from spotrelay.policy import (
 PLAN_DEPTH = 10
 # Backoff while no pool is feasible: 1, 2, 4, ... minutes, at most 15 (the Wait state sleeps it).
 WAIT_BASE_SECONDS = 60
+MIN_WAIT_SECONDS = 1
 WAIT_MAX_SECONDS = 900
 # A pool that refused a launch (no capacity, price) is skipped for this long, as Karpenter does
 # with its unavailable-offerings cache (a few minutes: capacity comes back quickly).
@@ -117,6 +120,9 @@ def place_step(
         },
         budget_left_usd=None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - job.cost_usd),
         zones=zones,
+        # The restart overhead is the spec's; no `migrates`: a job running on on-demand is never re-placed,
+        # so an idle job behind schedule waits for spot until the safety net rather than go on-demand for good.
+        # The Wait below is capped at the time the net is due, so the job is placed again when it fires.
     )
     ranked = list(decision.ranked[:PLAN_DEPTH])
 
@@ -150,7 +156,8 @@ def place_step(
                     f"{fresh.spec.limits.max_wait_hours:g}); last: {' | '.join(decision.explain(alternatives=0))}"
                 ),
             )
-        wait = min(WAIT_BASE_SECONDS * 2**fresh.place_waits, WAIT_MAX_SECONDS)
+        backoff = min(WAIT_BASE_SECONDS * 2**fresh.place_waits, WAIT_MAX_SECONDS)
+        wait = min(backoff, _seconds_to_safety_net(decision.market, fresh.spec.placement.restart_overhead_hours))
         fresh.place_waits += 1
         fresh.waiting_since = waiting_since
         fresh.state = ensure_transition(fresh.state, JobState.WAITING)
@@ -158,6 +165,14 @@ def place_step(
 
     _, result = update_job(store, job_id, change)
     return result
+
+
+def _seconds_to_safety_net(market: MarketDecision, restart_overhead_hours: float) -> int:
+    """How long a waiting job may sleep before Uniform Progress's safety net is due (slack below two
+    restart overheads): a job that woke later could miss a deadline that was still reachable."""
+    if market.slack_hours is None:
+        return WAIT_MAX_SECONDS
+    return max(MIN_WAIT_SECONDS, math.ceil((market.slack_hours - 2 * restart_overhead_hours) * 3600))
 
 
 # -------------------------------------------------------------------------------------------- Launch

@@ -89,6 +89,7 @@ class Invocation:
     request_id: str
     event: Any = field(repr=False)
     error_type: str | None = None
+    result: Any = field(default=None, repr=False)  # what the handler returned (None if it raised)
 
 
 class HandlerNotFound(RuntimeError):
@@ -232,6 +233,7 @@ class InProcessLambdas:
                     result = handler(event, context)
             except Exception as e:
                 return self._failed(record, e)
+            record.result = result
             return json.dumps(result, default=str), False, ""
 
     @staticmethod

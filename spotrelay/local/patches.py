@@ -36,6 +36,12 @@ CloudFormation (the synthesized template)
 - `Archive.create_from_cloudformation_json`: the name moto generates (`<stack>-<logical id>-<suffix>`) is
   cut to EventBridge's 48 characters, and the `EventPattern` object is passed as the JSON text moto parses.
 
+S3
+- `FakeBucket.get_permission`: a bucket policy's statements with a `Condition` are left out of the
+  evaluation. moto evaluates bucket policies without their conditions, so the template's TLS-only
+  Deny statements (`aws:SecureTransport: false`, `s3:TlsVersion < 1.2`) would deny every request;
+  every client here uses HTTPS, which AWS would let through.
+
 EC2 (only with a market, `spotrelay.local.ec2_market`)
 - `InstanceResponse.run_instances` and `SpotInstances.describe_spot_price_history` answer from the
   market; catalog GPU types moto lacks are added to its instance-type tables.
@@ -67,6 +73,7 @@ from moto.ec2.responses.instances import InstanceResponse
 from moto.ec2.responses.spot_instances import SpotInstances
 from moto.events.models import Archive, Rule
 from moto.kms.models import Key
+from moto.s3.models import FakeBucket
 from moto.stepfunctions import responses as sfn_responses
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
@@ -234,6 +241,12 @@ EXPECTED: tuple[Expected, ...] = (
         "**kwargs: 'Any') -> 'Archive'",
         ('event_pattern = properties.get("EventPattern")',),
     ),
+    Expected(
+        FakeBucket,
+        "get_permission",
+        "(self, action: 'str', resource: 'str') -> 'Any'",
+        ("iam_policy = IAMPolicy(self.policy.decode())",),
+    ),
     Expected(InstanceResponse, "run_instances", "(self) -> moto.core.responses.ActionResult"),
     Expected(SpotInstances, "describe_spot_price_history", "(self) -> moto.core.responses.ActionResult"),
     Expected(moto_instance_types, "INSTANCE_TYPES", None),
@@ -387,6 +400,7 @@ def install(clock: SimulationClock, lambdas: InProcessLambdas, market: Ec2Market
             _patch_events(patcher, deliveries)
             _patch_clock(patcher, clock)
             _patch_cloudformation(patcher)
+            _patch_s3(patcher)
             if market is not None:
                 _patch_ec2(patcher, market)
         except BaseException:
@@ -760,6 +774,27 @@ def _lower_keys(value: Any) -> Any:
     if isinstance(value, list):
         return [_lower_keys(item) for item in value]
     return value
+
+
+# --- S3 ------------------------------------------------------------------------------------------------
+
+
+def _patch_s3(patcher: _Patcher) -> None:
+    def get_permission(self: FakeBucket, action: str, resource: str) -> Any:
+        from moto.iam.access_control import IAMPolicy, PermissionResult
+
+        if self.policy is None:
+            return PermissionResult.NEUTRAL
+        document = json.loads(self.policy.decode())
+        statements = document.get("Statement", [])
+        if isinstance(statements, dict):
+            statements = [statements]
+        unconditioned = [s for s in statements if isinstance(s, dict) and not s.get("Condition")]
+        if not unconditioned:
+            return PermissionResult.NEUTRAL
+        return IAMPolicy(json.dumps({**document, "Statement": unconditioned})).is_action_permitted(action, resource)
+
+    patcher.replace(FakeBucket, "get_permission", get_permission)
 
 
 # --- EC2 -----------------------------------------------------------------------------------------------

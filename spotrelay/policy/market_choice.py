@@ -11,6 +11,19 @@ uniformly to finish exactly at D:
   4. Safety net: when idle and the time left R(t) < C(t) + 2d (C the remaining run time on
      on-demand), use on-demand until the end.
 Work is counted in reference-GPU hours; run time on a concrete pool divides by its relative speed.
+
+Rule 1 pays off only together with rule 3: on-demand is worth its price to catch up for a while, and the
+job goes back to spot once it is ahead again. A caller that cannot move a running job from on-demand back
+to spot (spotrelay's control plane never re-places a running job) would turn rule 1 into "on-demand
+until the end" the first time an idle job is behind with no spot — at its start when no pool has
+capacity, or after a preemption — which on the benchmark's traces costs far more than waiting (greedy).
+Such a caller passes `returns_to_spot=False`: an idle job behind the uniform line with no spot then waits
+for spot instead, and rule 4 alone guards the deadline: it fires while on-demand can still finish (at
+time left = on-demand run + 2d, one restart of slack remains beyond the on-demand start's own), the same
+guarantee as with rule 1 — provided the caller asks again by the time the net is due: one that sleeps
+past it by more than d loses it. Waiting is what the job would do ahead of the line anyway; what it
+gives up is only rule 1's early catching-up, which without rule 3 buys no spot later.
+`returns_to_spot=True` (the default) is the paper's policy.
 """
 
 from __future__ import annotations
@@ -55,11 +68,15 @@ def uniform_progress(
     spot_available: bool,
     on_demand_allowed: bool,
     current: Market | None = None,
+    returns_to_spot: bool = True,
 ) -> MarketDecision:
     """Which market to run on now. `current` is the job's market if it runs, None if it is idle.
 
     `on_demand_run_hours` is the run time of the remaining work on the on-demand type the job would
-    get (None: no on-demand type fits or none has a price).
+    get (None: no on-demand type fits or none has a price). `returns_to_spot`: whether the caller asks
+    again while the job runs on on-demand and moves it back to spot when rule 3 says so; when False, an
+    idle job behind the uniform line with no spot waits for spot (until the safety net) instead of
+    starting an on-demand run it could never leave (module docstring).
     """
     if deadline_hours is None or total_work_hours is None:
         return _spot_or_wait(spot_available, "no deadline (or no work estimate): spot only", None)
@@ -103,6 +120,16 @@ def uniform_progress(
         return MarketDecision(
             action=MarketAction.SPOT,
             reason=f"spot available; slack {slack:.2f} h of {deadline_hours:g} h allows it",
+            slack_hours=slack,
+        )
+    if progress < expected and not returns_to_spot:
+        # Rule 1 without rule 3 would be on-demand for good: wait for spot; the safety net guards the deadline.
+        return MarketDecision(
+            action=MarketAction.WAIT,
+            reason=(
+                f"no spot now; behind schedule (progress {progress:.2f} h < {expected:.2f} h), but an on-demand "
+                "run would not return to spot: wait for spot until the safety net"
+            ),
             slack_hours=slack,
         )
     if progress < expected:

@@ -11,6 +11,7 @@ Expected cost to finish (objective `cost-to-finish`):
     interruptions = hourly interruption rate of the pool x run_hours
     overhead      = interruptions x (restart overhead + half a checkpoint interval of lost work)
     expected cost = hourly price x (run_hours + overhead)
+with the restart overhead the spec's `placement.restart_overhead_minutes` unless the caller overrides it,
 so with equal speeds and rates it is simply the cheapest hourly price. Objective `hourly` ranks by
 the hourly price alone. Ties break on price, then type, zone and market names: the result is a pure,
 deterministic function of its inputs.
@@ -25,12 +26,12 @@ from pydantic import BaseModel, ConfigDict
 
 from spotrelay.catalog import INSTANCE_TYPES, REFERENCE_GPU, InstanceType, relative_speed
 from spotrelay.models import JobSpec, Market, Objective, Pool, PriceQuote
+from spotrelay.models.job_spec import DEFAULT_RESTART_OVERHEAD_MINUTES
 from spotrelay.policy.interruptions import InterruptionModel
 from spotrelay.policy.market_choice import MarketAction, MarketDecision, uniform_progress
 
-# Boot, image pull and checkpoint restore after a relaunch. The Can't Be Late paper evaluates
-# restart overheads of 0.05 h and 0.2 h; we take a middle value unless told otherwise.
-DEFAULT_RESTART_OVERHEAD_HOURS = 0.1
+# The job spec's default restart overhead (`placement.restart_overhead_minutes`), in hours.
+DEFAULT_RESTART_OVERHEAD_HOURS = DEFAULT_RESTART_OVERHEAD_MINUTES / 60
 # A pool that finishes exactly at the deadline is feasible: sums of hours carry floating-point rounding
 # (3.2 + 0.1 > 3.3 in binary), which must not turn "just in time" into "rejected for the deadline".
 DEADLINE_ROUNDING_HOURS = 1e-9
@@ -159,7 +160,8 @@ def place(
     budget_left_usd: float | None = None,
     current_market: Market | None = None,
     zones: Collection[str] = (),
-    restart_overhead_hours: float = DEFAULT_RESTART_OVERHEAD_HOURS,
+    restart_overhead_hours: float | None = None,
+    migrates: bool = False,
 ) -> Placement:
     """Rank the pools for `spec` given the current `quotes`.
 
@@ -167,7 +169,16 @@ def place(
     reference-GPU work when the spec gives none). `on_demand_prices` default to the catalog's.
     `blocked` pools are skipped (the interrupted-pool cache of the recovery strategies). On-demand
     pools are considered in `zones` and in every zone that has a spot quote.
+
+    `restart_overhead_hours` (boot, image pull, checkpoint restore) defaults to the spec's
+    `placement.restart_overhead_minutes`. `current_market` is the market of the job's running instance
+    (None: idle). `migrates`: the caller re-places a job while it runs on on-demand and moves it back to
+    spot when the market choice says so; only then does an idle job behind schedule with no spot go
+    on-demand to catch up (Uniform Progress's rule 1, see `spotrelay.policy.market_choice`); otherwise it
+    waits for spot until the safety net. A caller that passes `current_market=on-demand` is re-placing
+    an on-demand job, so it migrates by definition.
     """
+    overhead = spec.placement.restart_overhead_hours if restart_overhead_hours is None else restart_overhead_hours
     rates = interruptions or InterruptionModel()
     known = spec.work_hours is not None or remaining_work_hours is not None
     if remaining_work_hours is None:
@@ -175,7 +186,7 @@ def place(
     od_prices = on_demand_prices if on_demand_prices is not None else _catalog_on_demand_prices()
     blocked_set = frozenset(blocked)
     cap = spec.limits.max_price_per_hour
-    overhead_per_interruption = restart_overhead_hours + spec.checkpoint.interval_minutes / 60 / 2
+    overhead_per_interruption = overhead + spec.checkpoint.interval_minutes / 60 / 2
     # Without a work estimate nobody knows whether a pool can finish in time: no deadline rejections.
     judge_deadline = spec.limits.deadline_hours is not None and known
     time_left = spec.limits.deadline_hours - elapsed_hours if judge_deadline and spec.limits.deadline_hours else None
@@ -212,12 +223,12 @@ def place(
             return None
         speed = relative_speed(INSTANCE_TYPES[pool.instance_type])
         run_hours = remaining_work_hours / speed
-        if time_left is not None and run_hours + restart_overhead_hours > time_left + DEADLINE_ROUNDING_HOURS:
+        if time_left is not None and run_hours + overhead > time_left + DEADLINE_ROUNDING_HOURS:
             rejected.append(
                 Rejection(
                     pool=pool,
                     reason=(
-                        f"needs {run_hours:.2f} h + {restart_overhead_hours:g} h to start, "
+                        f"needs {run_hours:.2f} h + {overhead:g} h to start, "
                         f"only {time_left:.2f} h left to the deadline"
                     ),
                     category="deadline",
@@ -266,10 +277,11 @@ def place(
         deadline_hours=spec.limits.deadline_hours,
         elapsed_hours=elapsed_hours,
         on_demand_run_hours=od_run_hours,
-        restart_overhead_hours=restart_overhead_hours,
+        restart_overhead_hours=overhead,
         spot_available=bool(spot),
         on_demand_allowed=spec.limits.on_demand_fallback,
         current=current_market,
+        returns_to_spot=migrates or current_market is Market.ON_DEMAND,
     )
 
     if decision.action is MarketAction.SPOT:

@@ -19,7 +19,7 @@ from spotrelay.market import MarketBuilder, SpotMarket
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START = datetime(2026, 11, 30, tzinfo=UTC)
-STALL_SECONDS = 20.0  # a bound on each wait for quiescence (real seconds), never a sleep
+STALL_SECONDS = 120.0  # a bound on each wait for quiescence (real seconds), never a sleep; generous under load
 SEED = 7
 
 # resnet50 fits every family; the stack allows g4dn, g5, g6, g6e, gr6, p4d, p5. The cheapest pool

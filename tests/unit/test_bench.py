@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -25,7 +25,7 @@ from spotrelay.bench.omniscient import omniscient_bound
 from spotrelay.bench.policies import ALL_POLICIES, Spotrelay
 from spotrelay.bench.report import FIGURE_KEYS
 from spotrelay.bench.sim import BenchJob, JobContext, JobResult, JobStatus, MarketView, simulate
-from spotrelay.bench.workloads import PAPER_INSTANCE_TYPE, job_spec
+from spotrelay.bench.workloads import PAPER_INSTANCE_TYPE, cant_be_late, job_spec, load_inputs, load_workload_file
 from spotrelay.cli import app
 from spotrelay.control.lifecycle import REFUSED_POOL_BLOCK_MINUTES
 from spotrelay.market import MarketBuilder, SpotMarket, parse_availability_trace
@@ -34,8 +34,8 @@ from spotrelay.models import Market, Pool, RecoveryStrategyName
 SPOT = 0.97
 ON_DEMAND = 3.06
 START = datetime(2023, 2, 15, tzinfo=UTC)
-SPOT_POLICIES = ("greedy", "uniform-progress", "skypilot-eager", "spotrelay", "spotrelay+overhead", "spotrelay+migrate")
-DEADLINE_AWARE = ("on-demand", "greedy", "uniform-progress", "spotrelay", "spotrelay+overhead", "spotrelay+migrate")
+SPOT_POLICIES = ("greedy", "uniform-progress", "skypilot-eager", "spotrelay", "spotrelay+migrate")
+DEADLINE_AWARE = ("on-demand", "greedy", "uniform-progress", "spotrelay", "spotrelay+migrate")
 
 
 def trace_json(data: Sequence[int], gap_seconds: float = 3600) -> str:
@@ -69,6 +69,7 @@ def bench_job(
         deadline_hours=deadline,
         recovery=recovery,
         checkpoint_interval_minutes=interval_minutes,
+        restart_overhead_hours=overhead,
     )
     return BenchJob(
         name="job",
@@ -236,6 +237,43 @@ def test_spotrelay_stays_on_demand_once_there_and_the_migrating_variant_goes_bac
     assert moves.deadline_met
 
 
+def test_spotrelay_waits_for_spot_while_behind_and_the_migrating_variant_catches_up_on_demand() -> None:
+    # Given no spot for the first 3 h, then spot for good, and a deadline with room (10 h of work in 30 h)
+    market = market_of({"us-east-1a": [0] * 3 + [1] * 60})
+    job = bench_job(["us-east-1a"], work=10, deadline=30, overhead=0.1)
+
+    waits = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
+    catches_up = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay+migrate"], keep_timeline=True)
+
+    # Then the control plane (which never moves a job back from on-demand) waits behind the uniform line and
+    # runs on spot only: the work and one restart at the spot price
+    assert [s.pool.market for s in waits.segments if s.kind == "run"] == [Market.SPOT]
+    assert waits.cost == pytest.approx(SPOT * 10.1)
+    assert waits.deadline_met
+    # while the migrating variant catches up on on-demand first (rule 1), then goes back to spot (rule 3)
+    markets = [s.pool.market for s in catches_up.segments if s.kind == "run"]
+    assert markets[0] is Market.ON_DEMAND
+    assert markets[-1] is Market.SPOT
+    assert catches_up.cost > waits.cost
+    assert catches_up.deadline_met
+
+
+def test_spotrelay_goes_on_demand_at_the_safety_net_with_the_jobs_own_restart_overhead() -> None:
+    # Given no spot at all, 10 h of work due at 14 h, and a job whose restarts take 0.2 h (in its spec)
+    market = market_of({"us-east-1a": [0] * 40})
+    job = bench_job(["us-east-1a"], work=10, deadline=14, overhead=0.2)
+    assert job.spec.placement.restart_overhead_hours == pytest.approx(0.2)
+
+    result = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
+
+    # Then it waits until the safety net (time left < 10 h + 2 x 0.2 h, at 3.6 h) and finishes on on-demand
+    # with one restart of slack: at 3.6 + 0.2 + 10 = 13.8 h
+    [run] = [s for s in result.segments if s.kind == "run"]
+    assert run.pool.market is Market.ON_DEMAND
+    assert result.deadline_met
+    assert result.completion_hours == pytest.approx(13.8, abs=1e-3)
+
+
 def test_policies_call_the_shared_placement_market_choice_and_recovery_code(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given counters around the shared policy functions
     calls: dict[str, int] = {}
@@ -286,6 +324,8 @@ def test_policies_call_the_shared_placement_market_choice_and_recovery_code(monk
     price_b=st.sampled_from([0.8, 0.97, 1.3]),
     on_notice=st.booleans(),
 )
+# Waiting behind the line with exactly two restarts of slack: the safety net is due now, give or take rounding.
+@example(zone_a=[0] * 4, zone_b=[1, 0, 0, 0], work=9.0, slack_factor=1.0, overhead=0.05, price_b=0.8, on_notice=True)
 def test_omniscient_is_a_lower_bound_and_deadline_aware_policies_meet_deadlines(
     zone_a: list[int],
     zone_b: list[int],
@@ -320,7 +360,7 @@ def test_omniscient_is_a_lower_bound_and_deadline_aware_policies_meet_deadlines(
         if result.deadline_met:
             assert lower <= result.cost * (1 + 1e-9), name
         # and the deadline-aware policies meet it when nothing is lost at a preemption
-        # (spotrelay's place() assumes 0.1 h of restart overhead: enough for these jobs)
+        # (spotrelay's place() takes the job's restart overhead from its spec)
         if on_notice and name in DEADLINE_AWARE:
             assert result.deadline_met, (name, result)
         assert math.isfinite(result.cost)
@@ -394,6 +434,36 @@ def test_a_yaml_workload_runs_and_plots(trace_dir: Path, tmp_path: Path) -> None
     assert figures["spotrelay"]["cost_vs_on_demand"] < 1
     assert figures["spotrelay"]["deadline_misses"] == 0
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_workload_builders_put_each_jobs_restart_overhead_into_its_spec(trace_dir: Path, tmp_path: Path) -> None:
+    # Given the paper's workload and a workload file: one job with a bench restart overhead, one whose spec
+    # gives it, one with both (a spec that misjudges its overhead), one with neither
+    inputs = load_inputs([trace_dir])
+    workload = tmp_path / "w.yaml"
+    entry = "  - {{name: {}, resources: {{gpus: 1}}, work_hours: 6, limits: {{deadline_hours: 9}}{}}}\n"
+    workload.write_text(
+        "jobs:\n"
+        + entry.format("bench-key", ", restart_overhead: 12m")
+        + entry.format("spec-field", ", placement: {restart_overhead_minutes: 3}")
+        + entry.format("both", ", restart_overhead: 12m, placement: {restart_overhead_minutes: 3}")
+        + entry.format("neither", "")
+    )
+
+    # When the workloads are built
+    paper = cant_be_late(inputs)
+    from_file = {j.name: j for j in load_workload_file(workload, inputs).jobs}
+
+    # Then every paper job's spec tells place() its real d
+    assert {j.restart_overhead_hours for j in paper.jobs} == {0.05, 0.2}
+    for job in paper.jobs:
+        assert job.spec.placement.restart_overhead_hours == pytest.approx(job.restart_overhead_hours)
+    # and a file's job takes its d from the bench key or the spec, the spec's own figure winning for place()
+    expected = {"bench-key": (0.2, 12.0), "spec-field": (0.05, 3.0), "both": (0.2, 3.0), "neither": (0.1, 6.0)}
+    assert set(from_file) == set(expected)
+    for name, (d, minutes) in expected.items():
+        assert from_file[name].restart_overhead_hours == pytest.approx(d), name
+        assert from_file[name].spec.placement.restart_overhead_minutes == pytest.approx(minutes), name
 
 
 def test_an_unknown_policy_is_one_line_on_stderr(trace_dir: Path) -> None:

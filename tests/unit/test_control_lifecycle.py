@@ -9,7 +9,7 @@ from control_builders import CHEAPEST, SECOND, THIRD, World, error, make_job
 
 from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled
 from spotrelay.control.ports import InstanceRef
-from spotrelay.models import AttemptOutcome, Job, JobState, Pool
+from spotrelay.models import AttemptOutcome, Job, JobState, Market, Pool
 from spotrelay.policy import BlockedPool
 
 
@@ -61,6 +61,26 @@ def test_place_backs_off_doubling_the_wait_up_to_fifteen_minutes() -> None:
         world.advance(seconds=result.wait_seconds)
     # Then the waits double from one minute and stop at fifteen
     assert waits == [60, 120, 240, 480, 900, 900, 900]
+
+
+def test_a_waiting_job_wakes_no_later_than_the_deadline_safety_net() -> None:
+    # Given a 2 h job on L4s due in 2.2939 h, no spot anywhere: on-demand g6.xlarge needs 2/0.968 = 2.0661 h,
+    # so the safety net (slack < 2 x 0.1 h restart overhead) is due 100 s from now
+    world = World()
+    world.compute.prices.clear()
+    world.admitted(work_hours=2, resources={"gpus": 1, "gpu_models": ["L4"]}, limits={"deadline_hours": 2.2939})
+    # When Place finds nothing and the job waits, twice
+    first = world.place()
+    world.advance(seconds=first.wait_seconds)
+    second = world.place()
+    # Then the first wait is the one-minute backoff, the second is cut to the ~40 s left before the net
+    assert (first.action, first.wait_seconds) == ("wait", 60)
+    assert second.action == "wait"
+    assert 38 <= second.wait_seconds <= 41
+    # And when the job wakes at the net, it is placed on on-demand in time
+    world.advance(seconds=second.wait_seconds)
+    assert world.place().action == "launch"
+    assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
 
 
 def test_place_fails_with_no_capacity_once_the_job_has_waited_max_wait_hours() -> None:

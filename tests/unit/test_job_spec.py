@@ -113,7 +113,8 @@ def test_minimal_spec_gets_the_documented_defaults(write_file: WriteFile) -> Non
     assert spec.work_hours is None
     assert spec.priority is Priority.NORMAL
     assert spec.tags == {}
-    assert spec.placement == PlacementSpec(objective=Objective.COST_TO_FINISH)
+    assert spec.placement == PlacementSpec(objective=Objective.COST_TO_FINISH, restart_overhead_minutes=6)
+    assert spec.placement.restart_overhead_hours == 0.1
     assert spec.recovery.strategy is RecoveryStrategyName.EAGER_NEXT_POOL
     assert spec.recovery.block_minutes == 60
 
@@ -145,6 +146,20 @@ def test_recovery_strategy_shorthand_equals_the_long_form(write_file: WriteFile)
     assert short_spec.recovery.strategy is RecoveryStrategyName.SAME_POOL_FIRST
     assert short_spec.recovery.block_minutes == 60
     assert short_spec == long_spec
+
+
+@pytest.mark.parametrize(("written", "hours"), [("12", 0.2), ("2.5", 2.5 / 60), ("120", 2.0)])
+def test_the_restart_overhead_is_given_in_minutes(write_file: WriteFile, written: str, hours: float) -> None:
+    # Given a job that says how long a restart takes (boot, image pull, checkpoint restore)
+    path = write_file("job.yaml", MINIMAL + f"placement: {{restart_overhead_minutes: {written}}}\n")
+
+    # When it is loaded
+    spec = load_job_spec(path)
+
+    # Then placement reads it in hours, and the objective keeps its default
+    assert spec.placement.restart_overhead_minutes == float(written)
+    assert spec.placement.restart_overhead_hours == pytest.approx(hours)
+    assert spec.placement.objective is Objective.COST_TO_FINISH
 
 
 def test_json_text_parses_the_same_as_yaml(events_dir: Path, write_file: WriteFile) -> None:
@@ -273,6 +288,30 @@ TOP_LEVEL_KEYS = "name, run, resources, checkpoint, limits, work_hours, priority
             "name",
             ["required"],
             id="missing-name",
+        ),
+        pytest.param(
+            MINIMAL + "placement: {restart_overhead_minutes: '6'}\n",
+            "placement.restart_overhead_minutes",
+            ["valid number", "got '6'"],
+            id="restart-overhead-as-text",
+        ),
+        pytest.param(
+            MINIMAL + "placement: {restart_overhead_minutes: true}\n",
+            "placement.restart_overhead_minutes",
+            ["valid number", "got True"],
+            id="restart-overhead-boolean",
+        ),
+        pytest.param(
+            MINIMAL + "placement: {restart_overhead_minutes: 0}\n",
+            "placement.restart_overhead_minutes",
+            ["greater than 0", "got 0"],
+            id="restart-overhead-zero",
+        ),
+        pytest.param(
+            MINIMAL + "placement: {restart_overhead_minutes: 121}\n",
+            "placement.restart_overhead_minutes",
+            ["less than or equal to 120", "got 121"],
+            id="restart-overhead-over-two-hours",
         ),
         pytest.param(
             MINIMAL + "priority: urgent\n",

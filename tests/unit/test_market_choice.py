@@ -100,6 +100,37 @@ def test_an_idle_job_behind_the_uniform_line_with_no_spot_goes_on_demand() -> No
     assert "behind schedule" in decision.reason
 
 
+def test_without_a_return_to_spot_an_idle_job_behind_the_uniform_line_with_no_spot_waits() -> None:
+    # Given the same job behind the uniform line (4 h done, 5 h expected), well clear of the safety net,
+    # for a caller that never moves a running job from on-demand back to spot
+    # When no spot pool is available
+    decision = decide(work_done_hours=4.0, elapsed_hours=10.0, spot_available=False, returns_to_spot=False)
+    # Then it waits for spot rather than start an on-demand run it could never leave
+    assert decision.action is MarketAction.WAIT
+    assert decision.markets == frozenset()
+    assert "behind schedule" in decision.reason
+    assert "until the safety net" in decision.reason
+    assert decision.slack_hours == pytest.approx(10.0 - 6.0)
+
+
+def test_without_a_return_to_spot_a_job_behind_the_uniform_line_still_takes_spot() -> None:
+    # Given a job behind the uniform line, for a caller that never moves a job back from on-demand
+    # When a spot pool is available
+    decision = decide(work_done_hours=4.0, elapsed_hours=10.0, spot_available=True, returns_to_spot=False)
+    # Then it takes spot (rule 2), as with a return to spot
+    assert decision.action is MarketAction.SPOT
+
+
+@pytest.mark.parametrize("spot_available", [True, False])
+def test_without_a_return_to_spot_the_safety_net_still_puts_an_idle_job_on_on_demand(spot_available: bool) -> None:
+    # Given a job behind schedule with 4.25 h left for 4 h of on-demand run and 0.25 h restarts (< 4 + 2 x 0.25)
+    # When the market is chosen by a caller that never moves a job back from on-demand
+    decision = decide(work_done_hours=6.0, elapsed_hours=15.75, spot_available=spot_available, returns_to_spot=False)
+    # Then the safety net chooses on-demand, spot or no spot
+    assert decision.action is MarketAction.ON_DEMAND
+    assert decision.reason.startswith("safety net")
+
+
 @pytest.mark.parametrize("work_done", [5.0, 6.0])
 def test_an_idle_job_on_or_ahead_of_the_uniform_line_with_no_spot_waits(work_done: float) -> None:
     # Given a job on or ahead of the uniform line (5 h at t = 10 h)
@@ -191,14 +222,15 @@ TICK_HOURS = 0.1
 
 
 def _run_to_completion(
-    work_ticks: int, deadline_ticks: int, overhead_ticks: int, spot_up: list[bool]
+    work_ticks: int, deadline_ticks: int, overhead_ticks: int, spot_up: list[bool], returns_to_spot: bool = True
 ) -> tuple[int, list[str]]:
     """Follow `uniform_progress` tick by tick (0.1 h) and return the tick at which the work is done.
 
     The job runs on a reference-speed GPU on either market; every launch (after a preemption, or a
     switch of market) costs `overhead_ticks` of no progress; a spot instance is preempted at the start
     of any tick where spot is down (`spot_up[t]`, down after the list ends); progress is checkpointed
-    continuously. Time is counted in whole ticks so that the deadline check is exact.
+    continuously. Time is counted in whole ticks so that the deadline check is exact. Without
+    `returns_to_spot` the caller is the control plane: a job on on-demand is never asked again.
     """
     done, tick, current, overhead_left = 0, 0, None, 0
     trace: list[str] = []
@@ -208,6 +240,11 @@ def _run_to_completion(
         if current is Market.SPOT and not up:
             current, overhead_left = None, 0
             trace.append(f"t={tick}: preempted")
+        if current is Market.ON_DEMAND and not returns_to_spot:
+            done += 1 if overhead_left == 0 else 0
+            overhead_left = max(0, overhead_left - 1)
+            tick += 1
+            continue
         remaining = (work_ticks - done) * TICK_HOURS
         decision = uniform_progress(
             total_work_hours=work_ticks * TICK_HOURS,
@@ -219,6 +256,7 @@ def _run_to_completion(
             spot_available=up,
             on_demand_allowed=True,
             current=current,
+            returns_to_spot=returns_to_spot,
         )
         if decision.reason.startswith("safety net") and current is None:
             # The premise of the guarantee: when the net fires, on-demand can still make it.
@@ -254,17 +292,22 @@ spot_availability = st.lists(st.tuples(st.booleans(), st.integers(1, 12)), max_s
     overhead_ticks=st.integers(1, 3),
     extra_slack_ticks=st.integers(0, 3) | st.integers(0, 40),
     spot_up=spot_availability,
+    returns_to_spot=st.booleans(),
 )
 def test_following_uniform_progress_never_misses_a_reachable_deadline(
-    work_ticks: int, overhead_ticks: int, extra_slack_ticks: int, spot_up: list[bool]
+    work_ticks: int, overhead_ticks: int, extra_slack_ticks: int, spot_up: list[bool], returns_to_spot: bool
 ) -> None:
     # Given a job whose deadline leaves at least two restart overheads of slack over an on-demand run,
-    # and any pattern of spot availability (down for good once the pattern ends)
+    # and any pattern of spot availability (down for good once the pattern ends), whether or not the
+    # caller moves a job on on-demand back to spot
     deadline_ticks = work_ticks + 2 * overhead_ticks + extra_slack_ticks
     # When the job follows the market decisions tick by tick
-    finished_at, trace = _run_to_completion(work_ticks, deadline_ticks, overhead_ticks, spot_up)
+    finished_at, trace = _run_to_completion(work_ticks, deadline_ticks, overhead_ticks, spot_up, returns_to_spot)
     # Then it finishes by the deadline
     assert finished_at <= deadline_ticks, trace
+    if not returns_to_spot:
+        # and it went on-demand only at the safety net, never to catch up
+        assert all("behind schedule" not in line for line in trace if "launch on-demand" in line), trace
 
 
 def test_trace_spot_then_preempted_ahead_of_schedule_falls_into_the_safety_net() -> None:
@@ -301,3 +344,32 @@ def test_trace_on_demand_hands_back_to_spot_once_two_restarts_ahead() -> None:
     assert len(trace) == 2
     # 9 ticks done on on-demand by t = 12, 2 ticks of restart, 11 ticks of work on spot
     assert finished_at == 12 + 2 + 11
+
+
+def test_trace_without_a_return_to_spot_no_spot_waits_until_the_safety_net() -> None:
+    # Given 2 h of work due at 4 h, 0.2 h restarts, no spot at all, and a caller that never moves a job
+    # back from on-demand
+    # When the job follows the decisions
+    finished_at, trace = _run_to_completion(
+        work_ticks=20, deadline_ticks=40, overhead_ticks=2, spot_up=[], returns_to_spot=False
+    )
+    # Then it waits while behind, goes on-demand when the time left drops under 2 h + 2 x 0.2 h (t = 1.7 h),
+    # and finishes with one restart of slack to spare
+    assert len(trace) == 1
+    assert trace[0].startswith("t=17: launch on-demand (safety net")
+    assert finished_at == 17 + 2 + 20
+    assert finished_at <= 40
+
+
+def test_trace_without_a_return_to_spot_a_job_behind_waits_for_spot_and_never_pays_on_demand() -> None:
+    # Given the trace where the paper's policy catches up on on-demand for 1.1 h: no spot for 1.2 h, then spot
+    spot_up = [False] * 12 + [True] * 100
+    # When the job follows the decisions of a caller that never moves a job back from on-demand
+    finished_at, trace = _run_to_completion(
+        work_ticks=20, deadline_ticks=40, overhead_ticks=2, spot_up=spot_up, returns_to_spot=False
+    )
+    # Then it waits, behind the line, until spot returns and runs there to the end, in time
+    assert len(trace) == 1
+    assert trace[0].startswith("t=12: launch spot")
+    assert finished_at == 12 + 2 + 20
+    assert finished_at <= 40

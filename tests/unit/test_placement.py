@@ -13,16 +13,19 @@ from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+import spotrelay.policy.placement as placement_module
 from spotrelay.catalog import GPU_MODELS, INSTANCE_TYPES, relative_speed
 from spotrelay.models import JobSpec, Market, Pool, PriceQuote, ResourcesSpec, parse_job_spec
 from spotrelay.policy import (
     DEFAULT_RESTART_OVERHEAD_HOURS,
     InterruptionModel,
     MarketAction,
+    MarketDecision,
     Placement,
     PoolObservation,
     band_hourly_rate,
     latest_quotes,
+    market_choice,
     place,
 )
 
@@ -93,6 +96,42 @@ def test_expected_cost_to_finish_follows_the_documented_formula() -> None:
     assert best.run_hours == pytest.approx(run_hours)
     assert best.expected_interruptions == pytest.approx(interruptions)
     assert best.expected_cost_to_finish == pytest.approx(expected)
+
+
+def test_the_specs_restart_overhead_is_used_when_no_override_is_given() -> None:
+    # Given a 10 h job whose spec says a restart takes 12 min (0.2 h), and the same Advisor band as above
+    spec = job_spec(work_hours=10, checkpoint={"interval_minutes": 30}, placement={"restart_overhead_minutes": 12})
+    model = InterruptionModel(bands={"g6.xlarge": 2})
+    # When it is placed without a restart overhead
+    best = place(spec, [quote("g6.xlarge", ZONE_A, 0.30)], interruptions=model).best
+    # Then each expected interruption costs the spec's 0.2 h of restart, not the default 0.1 h
+    assert best is not None
+    run_hours = 10 / GPU_MODELS["L4"].relative_speed
+    interruptions = band_hourly_rate(2) * run_hours
+    assert best.expected_cost_to_finish == pytest.approx(0.30 * (run_hours + interruptions * (0.2 + 0.25)))
+
+
+def test_the_specs_restart_overhead_decides_whether_a_pool_can_start_in_time() -> None:
+    # Given 10 h of work due in 10.05 h on a V100 pool (10 h once started), and a job that restarts in 2 min
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 10.05}, placement={"restart_overhead_minutes": 2})
+    v100 = quote("p3.2xlarge", ZONE_A, 0.90)
+    # When it is placed at submission
+    placement = place(spec, [v100])
+    # Then the pool is ranked: it starts in 0.033 h and finishes before the deadline
+    assert ranked_pools(placement) == [v100.pool]
+
+
+def test_an_explicit_restart_overhead_overrides_the_specs() -> None:
+    # Given the same job, whose spec says 2 min
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 10.05}, placement={"restart_overhead_minutes": 2})
+    v100 = quote("p3.2xlarge", ZONE_A, 0.90)
+    # When the caller says a restart takes 0.1 h
+    placement = place(spec, [v100], restart_overhead_hours=0.1)
+    # Then the caller's figure wins: launched now the pool finishes at 10.1 h, after the deadline
+    assert placement.ranked == ()
+    category, reason = rejection_of(placement, v100.pool)
+    assert category == "deadline"
+    assert "+ 0.1 h to start" in reason
 
 
 def test_a_faster_gpu_at_a_higher_hourly_price_wins_when_it_finishes_cheaper() -> None:
@@ -339,6 +378,76 @@ def test_with_the_deadline_nearly_spent_only_on_demand_pools_are_ranked_at_catal
     assert category == "market"
 
 
+def behind_with_no_spot(**kwargs: Any) -> Placement:
+    """10 h of work due at 20 h, 4 h done at 10 h (the uniform line is at 5 h), far from the safety net;
+    the only spot pool is blocked."""
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 20}, resources={"gpus": 1, "gpu_models": ["L4"]})
+    quotes = [quote("g6.xlarge", ZONE_A, 0.30)]
+    return place(spec, quotes, work_done_hours=4, elapsed_hours=10, blocked=[spot_pool("g6.xlarge", ZONE_A)], **kwargs)
+
+
+def test_an_idle_job_behind_schedule_with_no_spot_waits_when_the_caller_does_not_migrate() -> None:
+    # Given an idle job behind schedule with no spot pool, placed as the control plane does (no migrates)
+    # When placed
+    placement = behind_with_no_spot()
+    # Then it waits for spot: an on-demand run now would never come back to spot
+    assert placement.market.action is MarketAction.WAIT
+    assert "until the safety net" in placement.market.reason
+    assert placement.ranked == ()
+
+
+def test_an_idle_job_behind_schedule_with_no_spot_catches_up_on_demand_when_the_caller_migrates() -> None:
+    # Given the same job, placed by a caller that moves on-demand jobs back to spot
+    # When placed
+    placement = behind_with_no_spot(migrates=True)
+    # Then it goes on-demand to catch up (Uniform Progress's rule 1), in the zone that has a quote
+    assert placement.market.action is MarketAction.ON_DEMAND
+    assert "behind schedule" in placement.market.reason
+    assert placement.ranked
+    assert {r.pool.market for r in placement.ranked} == {Market.ON_DEMAND}
+    assert {r.pool.availability_zone for r in placement.ranked} == {ZONE_A}
+
+
+@pytest.mark.parametrize(
+    ("migrates", "current_market", "returns_to_spot"),
+    [
+        (False, None, False),
+        (True, None, True),
+        (False, Market.ON_DEMAND, True),
+        (False, Market.SPOT, False),
+    ],
+)
+def test_the_market_choice_is_told_whether_the_caller_can_return_a_job_to_spot(
+    monkeypatch: pytest.MonkeyPatch, migrates: bool, current_market: Market | None, returns_to_spot: bool
+) -> None:
+    # Given a recorder around the market choice inside place()
+    seen: list[bool] = []
+    original = market_choice.uniform_progress
+
+    def recording(**kwargs: Any) -> MarketDecision:
+        seen.append(kwargs["returns_to_spot"])
+        return original(**kwargs)
+
+    monkeypatch.setattr(placement_module, "uniform_progress", recording)
+    # When a job is placed with or without migrates, idle or running
+    place(job_spec(work_hours=10), [quote("g6.xlarge", ZONE_A, 0.30)], migrates=migrates, current_market=current_market)
+    # Then a return to spot is assumed only when the caller migrates, or is re-placing an on-demand job
+    assert seen == [returns_to_spot]
+
+
+def test_a_job_re_placed_while_on_on_demand_goes_back_to_spot_once_two_restarts_ahead() -> None:
+    # Given a job running on on-demand, 6 h done at 10 h of a 10 h job due at 20 h: past ep(10 + 2 x 0.1) = 5.1 h
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 20}, resources={"gpus": 1, "gpu_models": ["L4"]})
+    # When it is re-placed with spot available (without saying migrates: re-placing it is migrating)
+    placement = place(
+        spec, [quote("g6.xlarge", ZONE_A, 0.30)], work_done_hours=6, elapsed_hours=10, current_market=Market.ON_DEMAND
+    )
+    # Then Uniform Progress's hysteresis lets it back to spot
+    assert placement.market.action is MarketAction.SPOT
+    assert "back to spot" in placement.market.reason
+    assert ranked_pools(placement) == [spot_pool("g6.xlarge", ZONE_A)]
+
+
 def test_with_on_demand_fallback_off_the_job_stays_on_spot_near_the_deadline() -> None:
     # Given the same nearly spent deadline, but a job that never wants on-demand
     spec = job_spec(work_hours=10, limits={"deadline_hours": 12, "on_demand_fallback": False})
@@ -456,7 +565,10 @@ def job_specs(draw: st.DrawFn) -> JobSpec:
     fields: dict[str, Any] = {
         "resources": resources,
         "limits": limits,
-        "placement": {"objective": draw(st.sampled_from(["cost-to-finish", "hourly"]))},
+        "placement": {
+            "objective": draw(st.sampled_from(["cost-to-finish", "hourly"])),
+            "restart_overhead_minutes": draw(st.sampled_from([3.0, 6.0, 12.0])),
+        },
     }
     if work_hours is not None:
         fields["work_hours"] = work_hours
@@ -513,6 +625,7 @@ def placement_inputs(draw: st.DrawFn) -> tuple[JobSpec, list[PriceQuote], dict[s
         ),
         "work_done_hours": draw(st.floats(0.0, spec.work_hours if spec.work_hours is not None else 10.0)),
         "budget_left_usd": draw(st.none() | st.none() | st.floats(0.01, 500.0)),
+        "migrates": draw(st.booleans()),
         "interruptions": InterruptionModel(
             bands=draw(st.dictionaries(st.sampled_from(sorted(INSTANCE_TYPES)), st.integers(0, 4), max_size=8)),
             observed=observed,

@@ -1,0 +1,819 @@
+"""The replay engine: a scenario (spotrelay.local.scenario) run through the whole system on moto, on
+the virtual clock, with a timeline and a cost report.
+
+    result = replay(load_scenario("events/scenarios/interruption-relaunch.yaml"), seed=7)
+    print(render_text(result)); json.dumps(result.to_json())
+
+What the replay does (and AWS would):
+- deploys the synthesized template into moto (`LocalRuntime.deploy`), with the scenario's `stack:`
+  settings applied to the functions' environment variables (UpdateFunctionConfiguration, as a
+  re-deploy with other CDK context would set them);
+- sends each job's JSON to the job queue at its time; one minute later the queue-depth alarm goes to
+  ALARM (its `CloudWatch Alarm State Change` event, in the recorded shape), and back to OK once the
+  queue is empty; the safety-net schedule fires every 5 minutes of virtual time (dispatch + reconcile);
+- starts a simulated worker (spotrelay.local.workers) for every instance the market lets Launch start:
+  `running` state change, checkpoints into moto S3 through the agent's checkpointer, heartbeats, and
+  SendTaskSuccess when the work is done;
+- interrupts as the market says (`SpotMarket.interruption_time`: the pool's capacity goes, or its price
+  rises above the launch's MaxPrice): the interruption warning two minutes before, the worker's final
+  checkpoint and SendTaskFailure, the `terminated` state change at that time;
+- injects the scenario's recorded events at their times, bound to the named job's attempt (its
+  `detail.instance-id` and instance ARN replaced); an injected warning, rebalance or termination acts
+  on the simulated worker as it would on a real instance.
+
+Everything runs on one VirtualClock: the driver (this module) moves time from one wake-up to the next
+(its own agenda, and the executions' Wait states, Retry intervals and task-token timeouts). For a
+scenario and a seed the replay is deterministic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import heapq
+import io
+import itertools
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from moto.moto_api._internal import mock_random
+
+from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
+from spotrelay.aws.checkpoints import S3CheckpointStorage
+from spotrelay.aws.store import DynamoJobStore
+from spotrelay.catalog import INSTANCE_TYPES
+from spotrelay.config import (
+    ENV_BLOCK_MINUTES,
+    ENV_BUDGET_USD_PER_HOUR,
+    ENV_HEARTBEAT_SECONDS,
+    ENV_MAX_CONCURRENT_JOBS,
+    ENV_SPOT_VCPU_QUOTAS,
+    TAG_ATTEMPT,
+    TAG_JOB_ID,
+)
+from spotrelay.control.dispatcher import job_id_for
+from spotrelay.control.ports import NotFoundError
+from spotrelay.local.clock import DEFAULT_STALL_SECONDS, VirtualClock
+from spotrelay.local.deploy import LocalStack
+from spotrelay.local.ec2_market import Launch
+from spotrelay.local.lambdas import REPO_ROOT
+from spotrelay.local.runtime import LocalRuntime
+from spotrelay.local.scenario import Expectation, Injection, Scenario, Submission, injections, submissions
+from spotrelay.local.workers import SimulatedWorker
+from spotrelay.market import from_scenario_market
+from spotrelay.models import Attempt, Job, JobState
+
+RECORDED_DIR = REPO_ROOT / "events" / "recorded"
+ALARM_PERIOD = timedelta(minutes=1)
+STALL_SECONDS = DEFAULT_STALL_SECONDS  # a deadlock detector: see spotrelay.local.clock
+DEFAULT_WORK_HOURS = 1.0  # a job that does not say how long it runs
+_RECORDED = {
+    "running": "instance-state-change-running.json",
+    "terminated": "instance-state-change-terminated.json",
+    "warning": "spot-interruption-warning.json",
+    "rebalance": "rebalance-recommendation.json",
+    "alarm": "alarm-state-change.json",
+}
+_GONE = {"stopping", "stopped", "shutting-down", "terminated"}
+
+
+def iso(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ------------------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    at: datetime
+    seq: int
+    job: str
+    text: str
+
+
+@dataclass
+class TrackedJob:
+    submission: Submission
+    job_id: str
+    message_id: str
+    done: bool = False
+    launched: bool = False
+
+
+@dataclass(frozen=True)
+class AttemptReport:
+    instance_type: str
+    availability_zone: str
+    market: str
+    start: datetime
+    end: datetime | None
+    outcome: str | None
+    hourly_price: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "instance_type": self.instance_type,
+            "availability_zone": self.availability_zone,
+            "market": self.market,
+            "start": iso(self.start),
+            "end": iso(self.end) if self.end is not None else None,
+            "outcome": self.outcome,
+        }
+
+
+@dataclass(frozen=True)
+class JobReport:
+    name: str
+    entry: str
+    job_id: str
+    state: str
+    attempts: tuple[AttemptReport, ...]
+    cost: float
+    on_demand_cost: float
+    lost_work_hours: float
+    interruptions: int
+    failure_reason: str | None
+    submitted_at: datetime
+    ended_at: datetime | None
+    in_dlq: bool
+
+    @property
+    def savings(self) -> float:
+        return self.on_demand_cost - self.cost
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "job_id": self.job_id,
+            "state": self.state,
+            "attempts": [a.to_json() for a in self.attempts],
+            "cost": round(self.cost, 4),
+            "on_demand_cost": round(self.on_demand_cost, 4),
+            "lost_work_hours": round(self.lost_work_hours, 4),
+        }
+
+
+@dataclass(frozen=True)
+class ExpectationResult:
+    expectation: Expectation
+    passed: bool
+    detail: str
+
+
+@dataclass
+class ReplayResult:
+    scenario: Scenario
+    seed: int
+    jobs: list[JobReport]
+    timeline: list[TimelineEntry]
+    expectations: list[ExpectationResult]
+    ended_at: datetime
+    wall_seconds: float
+    deploy_seconds: float
+    launches: int = 0
+    refusals: int = 0
+    events_injected: int = 0
+    lambda_invocations: int = 0
+    checkpoints: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return all(e.passed for e in self.expectations)
+
+    @property
+    def simulated_hours(self) -> float:
+        return (self.ended_at - self.scenario.start).total_seconds() / 3600
+
+    def to_json(self) -> dict[str, Any]:
+        passed = sum(1 for e in self.expectations if e.passed)
+        return {
+            "jobs": [j.to_json() for j in self.jobs],
+            "expectations": {"passed": passed, "failed": len(self.expectations) - passed},
+        }
+
+
+# ------------------------------------------------------------------------------------------- engine
+
+
+@contextmanager
+def _offline_environment() -> Iterator[None]:
+    """Nothing of the replay may reach a real account: no profile, no endpoint, fake credentials."""
+    saved = {k: os.environ.get(k) for k in _OFFLINE}
+    try:
+        for key, value in _OFFLINE.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+_OFFLINE: dict[str, str | None] = {
+    "AWS_PROFILE": None,
+    "AWS_DEFAULT_PROFILE": None,
+    "AWS_SESSION_TOKEN": None,
+    "AWS_SECURITY_TOKEN": None,
+    "AWS_ENDPOINT_URL": None,
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_CONFIG_FILE": "/dev/null",
+    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+}
+
+
+class Replay:
+    """One replay of one scenario (use `replay()`)."""
+
+    def __init__(self, scenario: Scenario, *, seed: int | None = None, template: Path | None = None) -> None:
+        self.scenario = scenario
+        self.seed = scenario.seed if seed is None else seed
+        self.template = template
+        self.market = from_scenario_market(scenario.market, scenario.base_dir, scenario.start)
+        self.clock = VirtualClock(scenario.start, stall_seconds=STALL_SECONDS)
+        self.horizon = scenario.at(scenario.horizon)
+        self._agenda: list[tuple[datetime, int, str, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._timeline: list[TimelineEntry] = []
+        self.jobs: dict[str, TrackedJob] = {}  # by name
+        self._by_id: dict[str, TrackedJob] = {}
+        self.workers: dict[str, SimulatedWorker] = {}  # by instance id
+        self._workers_by_attempt: dict[tuple[str, int], SimulatedWorker] = {}
+        self._seen_launches = 0
+        self._seen_refusals = 0
+        self._seen_invocations = 0
+        self._alarm = "OK"
+        self._events_injected = 0
+        self._attempt_cache: dict[str, list[Attempt]] = {}  # filled by the report, once the replay is over
+        self._recorded: dict[str, dict[str, Any]] = {
+            kind: json.loads((RECORDED_DIR / name).read_text()) for kind, name in _RECORDED.items()
+        }
+
+    # --- the host of the workers -------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def schedule(self, when: datetime, label: str, action: Callable[[], None]) -> None:
+        heapq.heappush(self._agenda, (max(when, self.clock.now()), next(self._seq), label, action))
+
+    def note(self, job: str, text: str, when: datetime | None = None) -> None:
+        self._timeline.append(TimelineEntry(when or self.clock.now(), next(self._seq), job, text))
+
+    def emit(self, kind: str, instance_id: str, **detail: str) -> None:
+        """An EC2 event in its recorded AWS shape, about `instance_id`, on EventBridge now."""
+        event = copy.deepcopy(self._recorded[kind])
+        self._bind(event, instance_id)
+        event["detail"].update(detail)
+        self._put(event)
+
+    def terminate(self, instance_id: str) -> None:
+        self.runtime.ec2.terminate_instances(InstanceIds=[instance_id])
+
+    # --- events ------------------------------------------------------------------------------------
+
+    def _bind(self, event: dict[str, Any], instance_id: str) -> None:
+        stack = self.stack
+        event["account"] = stack.account_id
+        event["region"] = stack.region
+        event["time"] = iso(self.clock.now())
+        if isinstance(event.get("detail"), dict):
+            event["detail"]["instance-id"] = instance_id
+        event["resources"] = [f"arn:aws:ec2:{stack.region}:{stack.account_id}:instance/{instance_id}"]
+
+    def _put(self, event: dict[str, Any]) -> None:
+        self.runtime.put_event(event)
+
+    def _alarm_event(self, value: str) -> dict[str, Any]:
+        event = copy.deepcopy(self._recorded["alarm"])
+        stack = self.stack
+        name = stack.alarm_names[0]
+        now = self.clock.now()
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.000+0000")
+        event["account"], event["region"], event["time"] = stack.account_id, stack.region, iso(now)
+        event["resources"] = [f"arn:aws:cloudwatch:{stack.region}:{stack.account_id}:alarm:{name}"]
+        detail = event["detail"]
+        detail["alarmName"] = name
+        for metric in detail["configuration"]["metrics"]:
+            metric["metricStat"]["metric"]["dimensions"]["QueueName"] = stack.queue_url.rsplit("/", 1)[-1]
+        detail["previousState"]["value"] = self._alarm
+        detail["previousState"]["timestamp"] = detail["state"]["timestamp"]
+        detail["state"]["value"] = value
+        detail["state"]["timestamp"] = stamp
+        return dict(event)
+
+    def _evaluate_alarm(self) -> None:
+        """The queue-depth alarm (>= 1 visible message over a minute): its state change, if any."""
+        attributes = self.runtime.sqs.get_queue_attributes(
+            QueueUrl=self.stack.queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        depth = int(attributes.get("ApproximateNumberOfMessages", "0"))
+        value = "ALARM" if depth >= 1 else "OK"
+        if value != self._alarm:
+            self._put(self._alarm_event(value))
+            self._alarm = value
+
+    def _tick(self) -> None:
+        for rule in self.stack.schedule_rules:
+            self.runtime.fire_schedule(rule)
+        self._evaluate_alarm()
+        self.schedule(self.clock.now() + timedelta(minutes=self.scenario.schedule_minutes), "schedule", self._tick)
+
+    def _submit(self, batch: Sequence[Submission]) -> None:
+        for submission in batch:
+            message_id = self.runtime.sqs.send_message(QueueUrl=self.stack.queue_url, MessageBody=submission.body)[
+                "MessageId"
+            ]
+            try:
+                data = json.loads(submission.body)
+            except json.JSONDecodeError:
+                data = None
+            name = data.get("name") if isinstance(data, dict) else None
+            job_id = job_id_for(name if isinstance(name, str) and name else "invalid", message_id)
+            tracked = TrackedJob(submission, job_id, message_id)
+            self.jobs[submission.name] = tracked
+            self._by_id[job_id] = tracked
+            self.note(submission.name, f"submitted ({job_id})")
+        self.schedule(self.clock.now() + ALARM_PERIOD, "alarm", self._evaluate_alarm)
+
+    def _inject(self, injection: Injection) -> None:
+        event = copy.deepcopy(injection.event)
+        worker: SimulatedWorker | None = None
+        if injection.job is not None:
+            tracked = self.jobs.get(injection.job)
+            worker = (
+                self._workers_by_attempt.get((tracked.job_id, injection.attempt or 1)) if tracked is not None else None
+            )
+            if worker is None:
+                self.note(
+                    injection.job,
+                    f"recorded event {injection.source} not injected: attempt {injection.attempt or 1} has no instance",
+                )
+                return
+            self._bind(event, worker.instance_id)
+        else:
+            event["time"] = iso(self.clock.now())
+        self._put(event)
+        self._events_injected += 1
+        kind = str(event.get("detail-type", ""))
+        label = injection.job or "-"
+        self.note(label, f"injected {kind} ({injection.source})")
+        if worker is None:
+            return
+        detail = event.get("detail") if isinstance(event.get("detail"), dict) else {}
+        assert isinstance(detail, dict)
+        if kind == "EC2 Spot Instance Interruption Warning":
+            worker.notice("injected")
+        elif kind == "EC2 Instance Rebalance Recommendation":
+            worker.rebalance()
+        elif kind == "EC2 Instance State-change Notification" and detail.get("state") in _GONE:
+            worker.lost()
+
+    # --- observing the system ----------------------------------------------------------------------
+
+    def _observe(self) -> None:
+        market = self.runtime.market
+        assert market is not None
+        launches = market.launches
+        while self._seen_launches < len(launches):
+            self._adopt(launches[self._seen_launches])
+            self._seen_launches += 1
+        refusals = market.refusals
+        while self._seen_refusals < len(refusals):
+            refusal = refusals[self._seen_refusals]
+            self.note("-", f"EC2 refused {refusal.pool.offering} ({refusal.pool.market}): {refusal.code}", refusal.at)
+            self._seen_refusals += 1
+        invocations = self.runtime.lambdas.invocations
+        functions = self.stack.functions
+        ended: set[str] = set()
+        while self._seen_invocations < len(invocations):
+            invocation = invocations[self._seen_invocations]
+            self._seen_invocations += 1
+            if invocation.function_name == functions.get("finalize") and isinstance(invocation.event, dict):
+                ended.add(str(invocation.event.get("job_id")))
+            elif invocation.function_name == functions.get("dispatcher") and isinstance(invocation.result, dict):
+                # the dispatcher's report: jobs it failed (invalid messages, no allowed type fits)
+                ended.update(
+                    str(j) for j in [*invocation.result.get("rejected", []), *invocation.result.get("failed", [])]
+                )
+        for job_id in sorted(ended):
+            tracked = self._by_id.get(job_id)
+            if tracked is not None and not tracked.done:
+                self._check_done(tracked)
+
+    def _check_done(self, tracked: TrackedJob) -> None:
+        try:
+            job, _ = self.store.get_job(tracked.job_id)
+        except NotFoundError:
+            return
+        if job.state.is_terminal:
+            tracked.done = True
+            ended = job.ended_at or self.clock.now()
+            if job.state is JobState.SUCCEEDED:
+                text = f"finished: SUCCEEDED after {job.attempts} attempt(s), ${job.cost_usd:.2f}"
+            else:
+                text = f"finished: {job.state} ({job.failure_reason or 'no reason'})"
+            self.note(tracked.submission.name, text, ended)
+
+    def _adopt(self, launch: Launch) -> None:
+        job_id = launch.tags.get(TAG_JOB_ID)
+        tracked = self._by_id.get(job_id or "")
+        if job_id is None or tracked is None:
+            self.note("-", f"instance {launch.instance_id} launched for an unknown job", launch.at)
+            return
+        tracked.launched = True
+        attempt = int(launch.tags.get(TAG_ATTEMPT, "1"))
+        job, _ = self.store.get_job(job_id)
+        spec = job.spec
+        interruption = None
+        if launch.spot_price is not None:
+            t = self.market.interruption_time(launch.pool, self.market.to_hours(launch.at), launch.max_price)
+            interruption = self.market.to_datetime(t) if t is not None else None
+        worker = SimulatedWorker(
+            host=self,
+            launch=launch,
+            job_id=job_id,
+            job_name=tracked.submission.name,
+            attempt=attempt,
+            work_hours=spec.work_hours or DEFAULT_WORK_HOURS,
+            interval=timedelta(minutes=spec.checkpoint.interval_minutes),
+            grace_seconds=spec.checkpoint.grace_seconds,
+            interruption_at=interruption,
+        )
+        self.workers[launch.instance_id] = worker
+        self._workers_by_attempt[(job_id, attempt)] = worker
+        price = f", ${launch.spot_price:.3f}/h" if launch.spot_price is not None else ""
+        verb = "placed on" if attempt == 1 else f"relaunched (attempt {attempt}) on"
+        self.note(
+            tracked.submission.name,
+            f"{verb} {launch.pool.instance_type} in {launch.pool.availability_zone} ({launch.pool.market}{price})",
+            launch.at,
+        )
+        worker.start()
+
+    # --- running -----------------------------------------------------------------------------------
+
+    def _act(self, action: Callable[[], None]) -> None:
+        with self.clock.exclusive():
+            action()
+        self.clock.wait_quiescent()
+        self._observe()
+
+    def _all_done(self) -> bool:
+        return bool(self.jobs) and all(t.done for t in self.jobs.values()) and not self._pending_submissions
+
+    def _configure_stack(self) -> None:
+        settings = self.scenario.stack
+        changes: dict[str, str] = {}
+        if settings.max_concurrent_jobs is not None:
+            changes[ENV_MAX_CONCURRENT_JOBS] = str(settings.max_concurrent_jobs)
+        if settings.budget_usd_per_hour is not None:
+            changes[ENV_BUDGET_USD_PER_HOUR] = f"{settings.budget_usd_per_hour:g}"
+        if settings.spot_vcpu_quotas is not None:
+            changes[ENV_SPOT_VCPU_QUOTAS] = json.dumps(settings.spot_vcpu_quotas, sort_keys=True)
+        if settings.block_minutes is not None:
+            changes[ENV_BLOCK_MINUTES] = f"{settings.block_minutes:g}"
+        if settings.heartbeat_seconds is not None:
+            changes[ENV_HEARTBEAT_SECONDS] = str(settings.heartbeat_seconds)
+        if not changes:
+            return
+        client = self.runtime.client("lambda")
+        for name in self.stack.functions.values():
+            variables = dict(client.get_function_configuration(FunctionName=name)["Environment"]["Variables"])
+            mine = {k: v for k, v in changes.items() if k in variables}
+            if mine:
+                client.update_function_configuration(
+                    FunctionName=name, Environment={"Variables": {**variables, **mine}}
+                )
+
+    def run(self) -> ReplayResult:
+        started = time.perf_counter()
+        # The handlers' own output (Powertools flushes EMF metrics after 100 values even when they are
+        # disabled) is not the replay's: stdout is the timeline, or the JSON.
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            _offline_environment(),
+            tempfile.TemporaryDirectory(prefix="spotrelay-replay-") as scratch,
+            LocalRuntime(clock=self.clock, market=self.market, region=self.scenario.region, seed=self.seed) as runtime,
+        ):
+            self.runtime = runtime
+            self.stack: LocalStack = runtime.deploy(self.template)
+            self.store = DynamoJobStore(self.stack.table_name, runtime.dynamodb)
+            self.storage = S3CheckpointStorage(runtime.s3, self.stack.bucket_name)
+            self.tokens = StepFunctionsTaskTokens(runtime.sfn)
+            self.checkpoint_root = Path(scratch)
+            self._configure_stack()
+            # The deploy draws more or fewer random ids the first time in a process (moto's lazily built
+            # backends): seed again, so that job ids and instance ids depend on the scenario and seed only.
+            mock_random.seed(self.seed)
+            self._load_agenda()
+            self._loop()
+            result = self._report(time.perf_counter() - started)
+        return result
+
+    def _load_agenda(self) -> None:
+        pending = submissions(self.scenario)
+        self._pending_submissions = len(pending)
+        for at, group in itertools.groupby(pending, key=lambda s: s.at):
+            batch = list(group)
+
+            def submit(batch: list[Submission] = batch) -> None:
+                self._pending_submissions -= len(batch)
+                self._submit(batch)
+
+            self.schedule(at, "submit", submit)
+        for injection in injections(self.scenario):
+            self.schedule(injection.at, "inject", lambda i=injection: self._inject(i))  # type: ignore[misc]
+        self.schedule(self.scenario.start, "schedule", self._tick)
+
+    def _loop(self) -> None:
+        clock = self.clock
+        while not self._all_done():
+            next_action = self._agenda[0][0] if self._agenda else None
+            next_wakeup = clock.next_wakeup()
+            candidates = [t for t in (next_action, next_wakeup) if t is not None]
+            if not candidates:
+                break
+            when = min(candidates)
+            if when > self.horizon:
+                clock.advance_to(self.horizon)
+                self._observe()
+                break
+            clock.advance_to(when)
+            self._observe()
+            while self._agenda and self._agenda[0][0] <= clock.now() and not self._all_done():
+                _, _, _, action = heapq.heappop(self._agenda)
+                self._act(action)
+
+    # --- report ------------------------------------------------------------------------------------
+
+    def _dead_letters(self) -> set[str]:
+        bodies: set[str] = set()
+        sqs = self.runtime.sqs
+        while True:
+            answer = sqs.receive_message(
+                QueueUrl=self.stack.dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=3600, WaitTimeSeconds=0
+            )
+            messages = answer.get("Messages", [])
+            if not messages:
+                return bodies
+            bodies.update(m.get("Body", "") for m in messages)
+
+    def _report(self, wall_seconds: float) -> ReplayResult:
+        now = self.clock.now()
+        dlq = self._dead_letters()
+        reports: list[JobReport] = []
+        for tracked in self.jobs.values():
+            reports.append(self._job_report(tracked, now, dlq))
+        result = ReplayResult(
+            scenario=self.scenario,
+            seed=self.seed,
+            jobs=reports,
+            timeline=sorted(self._timeline, key=lambda e: (e.at, e.seq)),
+            expectations=[],
+            ended_at=now,
+            wall_seconds=wall_seconds,
+            deploy_seconds=self.stack.deploy_seconds,
+            launches=self._seen_launches,
+            refusals=self._seen_refusals,
+            events_injected=self._events_injected,
+            lambda_invocations=len(self.runtime.lambdas.invocations),
+            checkpoints=sum(len(w.checkpoints) for w in self.workers.values()),
+        )
+        result.expectations = [check(e, result, self._attempt_spans()) for e in self.scenario.expect]
+        return result
+
+    def _attempt_spans(self) -> list[tuple[datetime, datetime]]:
+        now = self.clock.now()
+        spans = []
+        for tracked in self.jobs.values():
+            for attempt in self._attempts(tracked.job_id):
+                spans.append((attempt.started_at, attempt.ended_at or now))
+        return spans
+
+    def _attempts(self, job_id: str) -> list[Attempt]:
+        if job_id not in self._attempt_cache:
+            try:
+                self._attempt_cache[job_id] = self.store.attempts(job_id)
+            except NotFoundError:
+                self._attempt_cache[job_id] = []
+        return self._attempt_cache[job_id]
+
+    def _job_report(self, tracked: TrackedJob, now: datetime, dlq: set[str]) -> JobReport:
+        job: Job | None
+        try:
+            job, _ = self.store.get_job(tracked.job_id)
+        except NotFoundError:
+            job = None
+        attempts = self._attempts(tracked.job_id)
+        cost = sum(a.cost(now) for a in attempts)
+        on_demand = 0.0
+        for a in attempts:
+            facts = INSTANCE_TYPES.get(a.pool.instance_type)
+            if facts is not None and facts.on_demand_usd_per_hour is not None:
+                on_demand += facts.on_demand_usd_per_hour * a.runtime_hours(now)
+        return JobReport(
+            name=tracked.submission.name,
+            entry=tracked.submission.entry,
+            job_id=tracked.job_id,
+            state=str(job.state) if job is not None else "NOT_RECORDED",
+            attempts=tuple(
+                AttemptReport(
+                    instance_type=a.pool.instance_type,
+                    availability_zone=a.pool.availability_zone,
+                    market=str(a.pool.market),
+                    start=a.started_at,
+                    end=a.ended_at,
+                    outcome=str(a.outcome) if a.outcome is not None else None,
+                    hourly_price=a.hourly_price,
+                )
+                for a in attempts
+            ),
+            cost=cost,
+            on_demand_cost=on_demand,
+            lost_work_hours=job.lost_work_hours if job is not None else 0.0,
+            interruptions=job.interruptions if job is not None else 0,
+            failure_reason=job.failure_reason if job is not None else None,
+            submitted_at=tracked.submission.at,
+            ended_at=job.ended_at if job is not None else None,
+            in_dlq=tracked.submission.body in dlq,
+        )
+
+
+def replay(scenario: Scenario, *, seed: int | None = None, template: Path | None = None) -> ReplayResult:
+    """Run `scenario` (deterministic for a scenario and seed; default: the scenario's seed)."""
+    return Replay(scenario, seed=seed, template=template).run()
+
+
+# ------------------------------------------------------------------------------------- expectations
+
+
+def _matching(expectation: Expectation, jobs: Sequence[JobReport]) -> list[JobReport]:
+    if expectation.job is None:
+        return []
+    return [j for j in jobs if j.name == expectation.job or j.entry == expectation.job]
+
+
+def _max_overlap(spans: Sequence[tuple[datetime, datetime]]) -> int:
+    points = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda p: (p[0], p[1]))
+    running = most = 0
+    for _, step in points:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def _problems(e: Expectation, job: JobReport) -> list[str]:
+    problems: list[str] = []
+    attempts = len(job.attempts)
+
+    def bound(ok: bool, text: str) -> None:
+        if not ok:
+            problems.append(text)
+
+    if e.state is not None:
+        bound(job.state == str(e.state), f"state {job.state}, expected {e.state}")
+    if e.min_attempts is not None:
+        bound(attempts >= e.min_attempts, f"{attempts} attempts < {e.min_attempts}")
+    if e.max_attempts is not None:
+        bound(attempts <= e.max_attempts, f"{attempts} attempts > {e.max_attempts}")
+    if e.min_interruptions is not None:
+        bound(job.interruptions >= e.min_interruptions, f"{job.interruptions} interruptions < {e.min_interruptions}")
+    if e.max_interruptions is not None:
+        bound(job.interruptions <= e.max_interruptions, f"{job.interruptions} interruptions > {e.max_interruptions}")
+    if e.max_cost is not None:
+        bound(job.cost <= e.max_cost, f"cost ${job.cost:.4f} > ${e.max_cost:g}")
+    if e.max_lost_work_hours is not None:
+        bound(
+            job.lost_work_hours <= e.max_lost_work_hours, f"lost {job.lost_work_hours:.3f} h > {e.max_lost_work_hours}"
+        )
+    last = job.attempts[-1] if job.attempts else None
+    if e.last_pool is not None:
+        where = f"{last.instance_type}:{last.availability_zone}" if last else "none"
+        bound(where == e.last_pool, f"last pool {where}, expected {e.last_pool}")
+    if e.last_market is not None:
+        market = last.market if last else "none"
+        bound(market == str(e.last_market), f"last market {market}, expected {e.last_market}")
+    if e.reason_contains is not None:
+        reason = job.failure_reason or ""
+        bound(e.reason_contains in reason, f"reason {reason!r} lacks {e.reason_contains!r}")
+    if e.in_dlq is not None:
+        bound(job.in_dlq == e.in_dlq, f"in the DLQ: {job.in_dlq}, expected {e.in_dlq}")
+    if e.max_wait is not None:
+        if not job.attempts:
+            problems.append("never launched")
+        else:
+            waited = (job.attempts[0].start - job.submitted_at).total_seconds() / 3600
+            bound(waited <= e.max_wait + 1e-9, f"waited {waited:.2f} h > {e.max_wait:g} h for its first launch")
+    if e.finished_within is not None:
+        if job.ended_at is None:
+            problems.append("not finished")
+        else:
+            took = (job.ended_at - job.submitted_at).total_seconds() / 3600
+            bound(took <= e.finished_within + 1e-9, f"took {took:.2f} h > {e.finished_within:g} h")
+    return problems
+
+
+def check(
+    expectation: Expectation, result: ReplayResult, spans: Sequence[tuple[datetime, datetime]]
+) -> ExpectationResult:
+    problems: list[str] = []
+    if expectation.max_running_instances is not None:
+        most = _max_overlap(spans)
+        if most > expectation.max_running_instances:
+            problems.append(f"{most} instances at once > {expectation.max_running_instances}")
+    if expectation.job is not None:
+        jobs = _matching(expectation, result.jobs)
+        if not jobs:
+            problems.append(f"no job named {expectation.job}")
+        for job in jobs:
+            problems.extend(f"{job.name}: {p}" for p in _problems(expectation, job))
+    what = expectation.model_dump(exclude_none=True)
+    label = ", ".join(f"{k}={v}" for k, v in what.items())
+    return ExpectationResult(expectation, not problems, label if not problems else f"{label}: " + "; ".join(problems))
+
+
+# ------------------------------------------------------------------------------------------ output
+
+
+def _offset(start: datetime, when: datetime) -> str:
+    seconds = int((when - start).total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    return f"+{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def render_text(result: ReplayResult, *, timeline_limit: int = 400) -> str:
+    scenario = result.scenario
+    lines = [
+        f"scenario {scenario.name} (seed {result.seed}), start {iso(scenario.start)}, "
+        f"{result.simulated_hours:.2f} simulated hours in {result.wall_seconds:.1f} s",
+        "",
+        "timeline",
+    ]
+    entries = result.timeline
+    width = max([len(e.job) for e in entries] + [3])
+    for entry in entries[:timeline_limit]:
+        lines.append(f"  {_offset(scenario.start, entry.at)}  {entry.job:<{width}}  {entry.text}")
+    if len(entries) > timeline_limit:
+        lines.append(f"  ... {len(entries) - timeline_limit} more entries (--json for the data)")
+    lines += ["", "cost report"]
+    header = (
+        f"  {'job':<{width}}  {'state':<10} {'att':>3}  {'cost':>9}  {'on-demand':>9}  {'savings':>14}  {'lost h':>6}"
+    )
+    lines.append(header)
+    total_cost = total_od = total_lost = 0.0
+    for job in result.jobs:
+        share = f"{job.savings / job.on_demand_cost:.0%}" if job.on_demand_cost > 0 else "-"
+        lines.append(
+            f"  {job.name:<{width}}  {job.state:<10} {len(job.attempts):>3}  {job.cost:>9.2f}  "
+            f"{job.on_demand_cost:>9.2f}  {job.savings:>8.2f} {share:>5}  {job.lost_work_hours:>6.2f}"
+        )
+        total_cost += job.cost
+        total_od += job.on_demand_cost
+        total_lost += job.lost_work_hours
+    if len(result.jobs) > 1:
+        share = f"{(total_od - total_cost) / total_od:.0%}" if total_od > 0 else "-"
+        lines.append(
+            f"  {'total':<{width}}  {'':<10} {'':>3}  {total_cost:>9.2f}  {total_od:>9.2f}  "
+            f"{total_od - total_cost:>8.2f} {share:>5}  {total_lost:>6.2f}"
+        )
+    lines.append("  (USD; on-demand: the same instance hours at on-demand prices; lost: reference-GPU hours redone)")
+    lines += ["", "expectations"]
+    for e in result.expectations:
+        lines.append(f"  {'PASS' if e.passed else 'FAIL'}  {e.detail}")
+    passed = sum(1 for e in result.expectations if e.passed)
+    lines.append(f"  {passed} passed, {len(result.expectations) - passed} failed")
+    return "\n".join(lines)
+
+
+def run_scenario_file(path: str | Path, *, seed: int | None = None) -> ReplayResult:
+    from spotrelay.local.scenario import load_scenario
+
+    return replay(load_scenario(path), seed=seed)
+
+
+__all__ = [
+    "ExpectationResult",
+    "JobReport",
+    "Replay",
+    "ReplayResult",
+    "TimelineEntry",
+    "check",
+    "render_text",
+    "replay",
+    "run_scenario_file",
+]

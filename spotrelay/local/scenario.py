@@ -1,0 +1,307 @@
+"""A replay scenario (`spotrelay replay SCENARIO.yaml`): the market, the jobs, the recorded events to
+inject and what must come out.
+
+```yaml
+name: interruption-relaunch
+region: us-east-1
+start: 2026-11-30T00:00:00Z
+seed: 7                      # optional (default 0; `--seed` overrides)
+horizon: 24h                 # optional: stop the replay this long after start (default 48h)
+stack:                       # optional: the stack's settings for this replay (CDK context names)
+  max_concurrent_jobs: 8
+  spot_vcpu_quotas: {g: 32}
+  budget_usd_per_hour: 50
+market: {...}                # spotrelay.market.spec: prices, outages, traces, price_history
+jobs:
+  - {at: 0m, spec: {file: ../jobs/resnet50.yaml}, work_hours: 4}
+  - {at: 10m, name: burst, count: 50, priority: low, spec: {...inline job spec...}}
+  - {at: 0m, name: broken, body: "{not json"}          # a raw queue message
+events:                      # recorded AWS events, injected as they are, bound to a job's attempt
+  - {at: 1h, file: ../recorded/spot-interruption-warning.json, instance: {job: resnet50, attempt: 1}}
+  - {file: incident.jsonl}   # `spotrelay events export` output: times kept relative to its first event
+expect:
+  - {job: resnet50, state: SUCCEEDED, min_attempts: 2}
+  - {max_running_instances: 8}
+```
+
+Durations are "2h", "90m", "30s", "1h30m" or numbers of hours; `at` may also be a timestamp. Paths
+are relative to the scenario's file. Errors name the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Self
+
+import yaml
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from spotrelay.market import MarketSpec, parse_duration
+from spotrelay.models import JobState, Market
+
+DEFAULT_HORIZON_HOURS = 48.0
+
+
+class ScenarioError(ValueError):
+    """A scenario we cannot replay; the message names the file and the field."""
+
+
+def _hours(value: object) -> float:
+    return parse_duration(value)
+
+
+Hours = Annotated[float, BeforeValidator(_hours)]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class StackSettings(_Spec):
+    """The deployed stack's settings for this replay (the CDK context keys of the same names); the
+    functions' environment variables are changed in moto, the template is not synthesized again."""
+
+    max_concurrent_jobs: int | None = Field(default=None, ge=1)
+    budget_usd_per_hour: float | None = Field(default=None, gt=0)
+    spot_vcpu_quotas: dict[str, int] | None = None
+    block_minutes: float | None = Field(default=None, gt=0)
+    heartbeat_seconds: int | None = Field(default=None, ge=60)
+
+
+class JobEntry(_Spec):
+    at: Hours = 0.0
+    spec: dict[str, Any] | None = Field(default=None, description="{file: job.yaml} or an inline job spec")
+    body: str | None = Field(default=None, description="a raw queue message instead of a spec")
+    name: str | None = Field(default=None, description="the job's name (default: the spec's)")
+    work_hours: float | None = Field(default=None, gt=0)
+    count: int = Field(default=1, ge=1, le=1000)
+    priority: str | None = None
+
+    @model_validator(mode="after")
+    def _spec_or_body(self) -> Self:
+        if (self.spec is None) == (self.body is None):
+            raise ValueError("give spec ({file: ...} or inline) or body (a raw message), not both")
+        if self.body is not None and self.count != 1:
+            raise ValueError("a raw body is sent once (count: 1)")
+        return self
+
+
+class InstanceBinding(_Spec):
+    job: str
+    attempt: int = Field(default=1, ge=1)
+
+
+class EventEntry(_Spec):
+    at: Hours | None = Field(default=None, description="when (after start); default for .jsonl: as recorded")
+    file: str
+    instance: InstanceBinding | None = None
+
+
+class Expectation(_Spec):
+    job: str | None = Field(default=None, description="a job's name, or a job entry's name (all its copies)")
+    state: JobState | None = None
+    min_attempts: int | None = None
+    max_attempts: int | None = None
+    min_interruptions: int | None = None
+    max_interruptions: int | None = None
+    max_cost: float | None = None
+    max_lost_work_hours: float | None = None
+    last_pool: str | None = Field(default=None, description="instance_type:availability_zone of the last attempt")
+    last_market: Market | None = None
+    reason_contains: str | None = None
+    in_dlq: bool | None = None
+    max_wait: Hours | None = Field(default=None, description="from submission to the first launch")
+    finished_within: Hours | None = Field(default=None, description="from submission to the end")
+    max_running_instances: int | None = Field(default=None, description="scenario-wide: instances at once")
+
+
+def _events_list(value: object) -> object:
+    return [value] if isinstance(value, Mapping) else value
+
+
+class Scenario(_Spec):
+    name: str
+    region: str = "us-east-1"
+    start: AwareDatetime
+    seed: int = 0
+    horizon: Hours = DEFAULT_HORIZON_HOURS
+    schedule_minutes: float = Field(default=5, gt=0, description="the safety-net schedule's rate")
+    stack: StackSettings = StackSettings()
+    market: MarketSpec = MarketSpec()
+    jobs: list[JobEntry] = []
+    events: Annotated[list[EventEntry], BeforeValidator(_events_list)] = []
+    expect: list[Expectation] = []
+    base_dir: Path = Field(default=Path("."), exclude=True)
+
+    def at(self, hours: float) -> datetime:
+        return self.start + timedelta(hours=hours)
+
+
+# -------------------------------------------------------------------------------------------- loading
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    where = ""
+    for part in error["loc"]:
+        where += f"[{part}]" if isinstance(part, int) else f".{part}" if where else str(part)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def parse_scenario(data: Any, base_dir: Path, source: str = "scenario") -> Scenario:
+    if not isinstance(data, Mapping):
+        raise ScenarioError(f"{source}: a scenario is a mapping (name, start, market, jobs, events, expect)")
+    try:
+        return Scenario.model_validate({**data, "base_dir": base_dir})
+    except ValidationError as e:
+        raise ScenarioError(f"{source}: " + "; ".join(_describe(x) for x in e.errors())) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    file = Path(path)
+    try:
+        data = yaml.safe_load(file.read_text())
+    except OSError as e:
+        raise ScenarioError(f"{file}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{file}: not valid YAML ({e})") from None
+    return parse_scenario(data, file.resolve().parent, str(file))
+
+
+# ------------------------------------------------------------------------------------------ messages
+
+
+class Submission(BaseModel):
+    """One message the replay sends to the job queue."""
+
+    model_config = ConfigDict(frozen=True)
+
+    at: datetime
+    entry: str  # the job entry's name (shared by its copies)
+    name: str  # this job's name
+    body: str
+
+
+def _load_spec(entry: JobEntry, base_dir: Path, where: str) -> dict[str, Any]:
+    spec = dict(entry.spec or {})
+    if set(spec) == {"file"}:
+        file = base_dir / str(spec["file"])
+        try:
+            loaded = yaml.safe_load(file.read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise ScenarioError(f"{where}.spec.file: cannot read {file}: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ScenarioError(f"{where}.spec.file: {file} is not a job spec (a mapping)")
+        spec = loaded
+    return spec
+
+
+def submissions(scenario: Scenario) -> list[Submission]:
+    """The queue messages of the scenario's jobs, in time order (then the order given)."""
+    out: list[Submission] = []
+    for i, entry in enumerate(scenario.jobs):
+        when = scenario.at(entry.at)
+        if entry.body is not None:
+            out.append(
+                Submission(at=when, entry=entry.name or "invalid", name=entry.name or "invalid", body=entry.body)
+            )
+            continue
+        spec = _load_spec(entry, scenario.base_dir, f"jobs[{i}]")
+        base_name = entry.name or str(spec.get("name", f"job{i + 1}"))
+        for copy in range(entry.count):
+            name = base_name if entry.count == 1 else f"{base_name}-{copy + 1:02d}"
+            body = {**spec, "name": name}
+            if entry.work_hours is not None:
+                body["work_hours"] = entry.work_hours
+            if entry.priority is not None:
+                body["priority"] = entry.priority
+            out.append(Submission(at=when, entry=base_name, name=name, body=json.dumps(body, sort_keys=True)))
+    return sorted(out, key=lambda s: s.at)
+
+
+# ------------------------------------------------------------------------------------------- events
+
+
+class Injection(BaseModel):
+    """One recorded event to inject, and the job attempt whose instance it is about."""
+
+    model_config = ConfigDict(frozen=True)
+
+    at: datetime
+    event: dict[str, Any]
+    job: str | None
+    attempt: int | None
+    source: str
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def injections(scenario: Scenario) -> list[Injection]:
+    """The scenario's events, each with its injection time, in time order (then the order given).
+
+    A `.json` file is one event, injected at `at`. A `.jsonl` file (`spotrelay events export`) is many:
+    each keeps its recorded offset from the file's first event (plus `at`), and is bound to the
+    attempt its `spotrelay` annotation names ({"job": name, "attempt": n}) unless `instance` says."""
+    out: list[Injection] = []
+    for i, entry in enumerate(scenario.events):
+        file = scenario.base_dir / entry.file
+        try:
+            text = file.read_text()
+        except OSError as e:
+            raise ScenarioError(f"events[{i}].file: cannot read {file}: {e.strerror or e}") from None
+        offset = scenario.at(entry.at or 0.0)
+        if file.suffix == ".jsonl":
+            events = []
+            for n, line in enumerate(text.splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ScenarioError(f"events[{i}].file: {file}:{n}: not JSON ({e.msg})") from None
+            times = [t for e in events if (t := _parse_time(e.get("time"))) is not None]
+            first = min(times) if times else None
+            for n, event in enumerate(events, start=1):
+                recorded = _parse_time(event.get("time"))
+                when = offset + (recorded - first if recorded is not None and first is not None else timedelta(0))
+                note = event.pop("spotrelay", None) or {}
+                binding = entry.instance
+                job = binding.job if binding else note.get("job")
+                attempt = binding.attempt if binding else note.get("attempt")
+                out.append(
+                    Injection(
+                        at=when,
+                        event=event,
+                        job=job if isinstance(job, str) else None,
+                        attempt=attempt if isinstance(attempt, int) else None,
+                        source=f"{entry.file}:{n}",
+                    )
+                )
+        else:
+            try:
+                event = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ScenarioError(f"events[{i}].file: {file}: not JSON ({e.msg})") from None
+            if not isinstance(event, dict):
+                raise ScenarioError(f"events[{i}].file: {file} is not an event (a JSON object)")
+            out.append(
+                Injection(
+                    at=offset,
+                    event=event,
+                    job=entry.instance.job if entry.instance else None,
+                    attempt=entry.instance.attempt if entry.instance else None,
+                    source=entry.file,
+                )
+            )
+    return sorted(out, key=lambda x: x.at)
