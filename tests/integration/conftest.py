@@ -18,6 +18,7 @@ from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.workflow import StepFunctionsWorkflow
 
 from .aws_resources import IMAGE_ID, REGION, ROLE_ARN, TABLE, ZONES, Lifecycle, Network, Queues
+from .function_harness import Deployment
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -185,3 +186,18 @@ def network(ec2: EC2Client) -> Network:
 @pytest.fixture
 def compute(ec2: EC2Client, network: Network) -> Ec2Compute:
     return Ec2Compute(ec2, launch_template_id=network.launch_template_id, region=REGION)
+
+
+# --- The Lambda functions on these resources (tests/integration/test_functions_*) -----------------
+
+
+@pytest.fixture
+def deployment(
+    monkeypatch: pytest.MonkeyPatch,
+    clock: FakeClock,
+    store: DynamoJobStore,
+    queues: Queues,
+    lifecycle: Lifecycle,
+    network: Network,
+) -> Deployment:
+    return Deployment.on(monkeypatch, clock, store, queues, lifecycle, network)

@@ -6,30 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-import pytest
-from fakes import FakeClock
-
 from spotrelay.aws.queue import ERROR_ATTRIBUTE
-from spotrelay.aws.store import DynamoJobStore
 from spotrelay.control.dispatcher import job_id_for
 from spotrelay.models import JobState
 
-from .aws_resources import Lifecycle, Network, Queues
 from .function_harness import HEARTBEAT_SECONDS, Deployment, recorded_event, resnet50_spec
 
 INVALID_JOB = {"name": "x", "run": {"command": "c"}, "resources": {"gpus": 0}}
-
-
-@pytest.fixture
-def deployment(
-    monkeypatch: pytest.MonkeyPatch,
-    clock: FakeClock,
-    store: DynamoJobStore,
-    queues: Queues,
-    lifecycle: Lifecycle,
-    network: Network,
-) -> Deployment:
-    return Deployment.on(monkeypatch, clock, store, queues, lifecycle, network)
 
 
 def send(deployment: Deployment, body: Mapping[str, object]) -> str:

@@ -8,12 +8,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from fakes import FakeClock
 
-from spotrelay.aws.store import DynamoJobStore, block_key, epoch_seconds
+from spotrelay.aws.store import block_key, epoch_seconds
 from spotrelay.models import JobState
 
-from .aws_resources import Lifecycle, Network, Queues
 from .function_harness import BLOCK_MINUTES, Deployment, Launched, TaskFailures, event_time, recorded_event
 
 # Place (in every launch) adds a metric only when it waits: Powertools warns about the empty flush.
@@ -21,18 +19,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publis
 
 JOB = "resnet50-0000000000e1"
 RECORDED_INSTANCE = "i-1234567890abcdef0"  # the placeholder id in the recorded events: no instance of ours
-
-
-@pytest.fixture
-def deployment(
-    monkeypatch: pytest.MonkeyPatch,
-    clock: FakeClock,
-    store: DynamoJobStore,
-    queues: Queues,
-    lifecycle: Lifecycle,
-    network: Network,
-) -> Deployment:
-    return Deployment.on(monkeypatch, clock, store, queues, lifecycle, network)
 
 
 @pytest.fixture

@@ -11,15 +11,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import pytest
-from fakes import FakeClock
 
-from spotrelay.aws.store import DynamoJobStore
 from spotrelay.catalog import family_of
 from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from spotrelay.models import Attempt, AttemptOutcome, JobState, Market, Pool
 from spotrelay.policy import BlockedPool
 
-from .aws_resources import Lifecycle, Network, Queues
 from .function_harness import (
     ALLOWED_FAMILIES,
     Deployment,
@@ -35,18 +32,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publis
 
 JOB = "resnet50-0000000000a1"
 MOTO_SPOT_PRICE = 0.00001
-
-
-@pytest.fixture
-def deployment(
-    monkeypatch: pytest.MonkeyPatch,
-    clock: FakeClock,
-    store: DynamoJobStore,
-    queues: Queues,
-    lifecycle: Lifecycle,
-    network: Network,
-) -> Deployment:
-    return Deployment.on(monkeypatch, clock, store, queues, lifecycle, network)
 
 
 def tags_of(instance: InstanceTypeDef) -> dict[str, str]:

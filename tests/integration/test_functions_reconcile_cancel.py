@@ -7,31 +7,17 @@ import json
 from datetime import UTC, timedelta
 
 import pytest
-from fakes import FakeClock
 
-from spotrelay.aws.store import DynamoJobStore
 from spotrelay.config import TAG_MANAGED
 from spotrelay.models import AttemptOutcome, JobState
 
-from .aws_resources import IMAGE_ID, Lifecycle, Network, Queues
+from .aws_resources import IMAGE_ID
 from .function_harness import HEARTBEAT_SECONDS, Deployment, TaskFailures, recorded_event
 
 # Place (in every launch) adds a metric only when it waits: Powertools warns about the empty flush.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish:UserWarning")
 
 JOB = "resnet50-0000000000c1"
-
-
-@pytest.fixture
-def deployment(
-    monkeypatch: pytest.MonkeyPatch,
-    clock: FakeClock,
-    store: DynamoJobStore,
-    queues: Queues,
-    lifecycle: Lifecycle,
-    network: Network,
-) -> Deployment:
-    return Deployment.on(monkeypatch, clock, store, queues, lifecycle, network)
 
 
 def untracked_managed_instance(deployment: Deployment) -> str:
