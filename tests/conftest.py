@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,3 +33,22 @@ def write_file(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def synthesized_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """cdk.out/SpotRelay.template.json, synthesized now (once, under a lock across test workers) if missing."""
+    from spotrelay.local import DeployError, synthesize, template_path  # moto: only for the tests that deploy
+
+    template = template_path(REPO_ROOT / "cdk.out")
+    if template.is_file():
+        return template
+    lock_file = tmp_path_factory.getbasetemp().parent / "spotrelay-synth.lock"
+    with lock_file.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not template.is_file():
+            try:
+                synthesize(REPO_ROOT)
+            except DeployError as e:
+                pytest.skip(f"no synthesized template, and it cannot be made here: {e}")
+    return template

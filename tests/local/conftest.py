@@ -4,7 +4,6 @@ small spot market, a runtime with the stack deployed on a virtual clock, and the
 from __future__ import annotations
 
 import copy
-import fcntl
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from spotrelay.local import DeployError, LocalRuntime, VirtualClock, synthesize, template_path
+from spotrelay.local import LocalRuntime, VirtualClock
 from spotrelay.market import MarketBuilder, SpotMarket
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -49,23 +48,6 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-
-
-@pytest.fixture(scope="session")
-def synthesized_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """cdk.out/SpotRelay.template.json, synthesized now (once, under a lock across test workers) if missing."""
-    template = template_path(REPO_ROOT / "cdk.out")
-    if template.is_file():
-        return template
-    lock_file = tmp_path_factory.getbasetemp().parent / "spotrelay-synth.lock"
-    with lock_file.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not template.is_file():
-            try:
-                synthesize(REPO_ROOT)
-            except DeployError as e:
-                pytest.skip(f"no synthesized template, and it cannot be made here: {e}")
-    return template
 
 
 @pytest.fixture
