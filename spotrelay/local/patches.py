@@ -698,55 +698,44 @@ def _patch_cloudformation(patcher: _Patcher) -> None:
     patcher.replace(StateMachine, "delete_from_cloudformation_json", classmethod(delete_state_machine))
     patcher.replace(StateMachine, "update_from_cloudformation_json", classmethod(update_state_machine))
 
-    original_key: Callable[..., Any] = patcher.original(Key, "create_from_cloudformation_json")
-
-    def create_key(
-        cls: type[Key],
-        /,
-        resource_name: str,
-        cloudformation_json: Any,
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> Any:
-        fixed = copy.deepcopy(cloudformation_json)
-        properties = fixed.setdefault("Properties", {})
+    def key_properties(properties: dict[str, Any], resource_name: str) -> str:
         properties["Tags"] = [
             {"TagKey": t.get("Key", t.get("TagKey")), "TagValue": t.get("Value", t.get("TagValue"))}
             for t in properties.get("Tags", [])
         ]
         if isinstance(properties.get("KeyPolicy"), dict):
             properties["KeyPolicy"] = json.dumps(properties["KeyPolicy"])
-        return original_key(cls, resource_name, fixed, account_id, region_name, **kwargs)
+        return resource_name
 
-    patcher.replace(Key, "create_from_cloudformation_json", classmethod(create_key))
-
-    original_flow_log: Callable[..., Any] = patcher.original(FlowLogs, "create_from_cloudformation_json")
-
-    def create_flow_log(
-        cls: type[FlowLogs],
-        /,
-        resource_name: str,
-        cloudformation_json: Any,
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> Any:
-        fixed = copy.deepcopy(cloudformation_json)
-        properties = fixed.setdefault("Properties", {})
+    def flow_log_properties(properties: dict[str, Any], resource_name: str) -> str:
         destination = properties.get("LogDestination")
         if properties.get("LogDestinationType") == "s3" and isinstance(destination, str):
             # moto looks the whole `bucket/prefix/` up as a bucket name: keep the bucket only.
             head, _, rest = destination.partition(":::")
             properties["LogDestination"] = f"{head}:::{rest.split('/', 1)[0]}" if rest else destination
-        return original_flow_log(cls, resource_name, fixed, account_id, region_name, **kwargs)
+        return resource_name
 
-    patcher.replace(FlowLogs, "create_from_cloudformation_json", classmethod(create_flow_log))
+    def archive_properties(properties: dict[str, Any], resource_name: str) -> str:
+        if isinstance(properties.get("EventPattern"), dict):
+            properties["EventPattern"] = json.dumps(properties["EventPattern"])
+        name = str(properties.get("ArchiveName") or resource_name)
+        if len(name) > ARCHIVE_NAME_MAX:
+            prefix, _, suffix = name.rpartition("-")
+            name = f"{prefix[: ARCHIVE_NAME_MAX - len(suffix) - 1]}-{suffix}" if prefix else name[:ARCHIVE_NAME_MAX]
+        return name
 
-    original_archive: Callable[..., Any] = patcher.original(Archive, "create_from_cloudformation_json")
+    _fix_cfn_properties(patcher, Key, key_properties)
+    _fix_cfn_properties(patcher, FlowLogs, flow_log_properties)
+    _fix_cfn_properties(patcher, Archive, archive_properties)
 
-    def create_archive(
-        cls: type[Archive],
+
+def _fix_cfn_properties(patcher: _Patcher, model: type[Any], fix: Callable[[dict[str, Any], str], str]) -> None:
+    """Wrap `model.create_from_cloudformation_json` so that `fix` corrects a copy of the resource's
+    Properties (and may rename the resource) before moto's own code sees them."""
+    original: Callable[..., Any] = patcher.original(model, "create_from_cloudformation_json")
+
+    def create(
+        cls: type[Any],
         /,
         resource_name: str,
         cloudformation_json: Any,
@@ -755,16 +744,10 @@ def _patch_cloudformation(patcher: _Patcher) -> None:
         **kwargs: Any,
     ) -> Any:
         fixed = copy.deepcopy(cloudformation_json)
-        properties = fixed.setdefault("Properties", {})
-        if isinstance(properties.get("EventPattern"), dict):
-            properties["EventPattern"] = json.dumps(properties["EventPattern"])
-        name = properties.get("ArchiveName") or resource_name
-        if len(name) > ARCHIVE_NAME_MAX:
-            prefix, _, suffix = name.rpartition("-")
-            name = f"{prefix[: ARCHIVE_NAME_MAX - len(suffix) - 1]}-{suffix}" if prefix else name[:ARCHIVE_NAME_MAX]
-        return original_archive(cls, name, fixed, account_id, region_name, **kwargs)
+        name = fix(fixed.setdefault("Properties", {}), resource_name)
+        return original(cls, name, fixed, account_id, region_name, **kwargs)
 
-    patcher.replace(Archive, "create_from_cloudformation_json", classmethod(create_archive))
+    patcher.replace(model, "create_from_cloudformation_json", classmethod(create))
 
 
 def _lower_keys(value: Any) -> Any:
