@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEMPLATE := cdk.out/SpotRelay.template.json
 
-.PHONY: demo test test-slow lint format typecheck unit synth bench-place bench-agent lock clean
+.PHONY: demo test lint format typecheck unit synth bench-place bench-agent lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,10 +36,6 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -n 2
-
-## test-slow: the long replays kept out of make test (the 50-job burst scenario)
-test-slow: $(STAMP) node_modules $(TEMPLATE)
-	$(BIN)/pytest -q -m slow
 
 ## node_modules: the pinned aws-cdk CLI (package-lock.json), installed exactly
 node_modules: package.json package-lock.json

@@ -63,6 +63,7 @@ class Refusal:
     code: str
     message: str
     client_token: str | None
+    tags: Mapping[str, str] = field(default_factory=dict)  # the instance tags the request asked for
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,8 @@ class Ec2Market:
             now = self.clock.now()
             error = self.refusal(pool, max_price)
             if error is not None:
-                self.refusals.append(Refusal(pool, now, error.code, error.message, token))
+                tags = _requested_instance_tags(param("TagSpecification", []) or param("TagSpecifications", []))
+                self.refusals.append(Refusal(pool, now, error.code, error.message, token, tags))
                 return error.response()
             result = original(response)
             reservation = result.result
@@ -345,3 +347,16 @@ def sibling_offerings(
                     for location in locations
                 ]
     return added
+
+
+def _requested_instance_tags(specifications: Any) -> dict[str, str]:
+    """The instance tags of a RunInstances request's TagSpecifications (the query API's `Tag` list, or
+    the `Tags` of a JSON-shaped request)."""
+    tags: dict[str, str] = {}
+    for specification in specifications if isinstance(specifications, list) else []:
+        if not isinstance(specification, dict) or specification.get("ResourceType") != "instance":
+            continue
+        for tag in specification.get("Tag") or specification.get("Tags") or []:
+            if isinstance(tag, dict) and "Key" in tag:
+                tags[str(tag["Key"])] = str(tag.get("Value", ""))
+    return tags

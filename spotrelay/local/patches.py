@@ -46,6 +46,14 @@ EC2 (only with a market, `spotrelay.local.ec2_market`)
 - `InstanceResponse.run_instances` and `SpotInstances.describe_spot_price_history` answer from the
   market; catalog GPU types moto lacks are added to its instance-type tables.
 
+Executions left behind
+- moto forgets an execution's backend on reset, not its threads: an execution that an earlier mock in
+  this process left running (a test's, a stopped server's) wakes when its real-time Wait, Retry or
+  heartbeat timeout ends, and would run its next states under these patches, against whatever is
+  mocked now (its Lambda calls reach the functions of the same name; its waits take the new clock's
+  baton from the process that holds it). `install` stops every such execution first (found through
+  `gc`, `ExecutionWorker.stop`): a stopped execution runs no further state.
+
 `check_moto()` compares each patched attribute's signature (and, where the patch depends on a line
 of moto's body, that line) with what this module was written against; `install` refuses to run on
 any difference, naming it.
@@ -54,6 +62,7 @@ any difference, naming it.
 from __future__ import annotations
 
 import copy
+import gc
 import inspect
 import json
 import logging
@@ -139,6 +148,12 @@ EXPECTED: tuple[Expected, ...] = (
         ("execution_logic_thread = Thread(target=self._execution_logic, daemon=True)",),
     ),
     Expected(ExecutionWorker, "_execution_logic", "(self)"),
+    Expected(
+        ExecutionWorker,
+        "stop",
+        "(self, stop_date: datetime.datetime, error: str | None, cause: str | None)",
+        ("self.env.set_stop(stop_date=stop_date, cause=cause, error=error)",),
+    ),
     Expected(
         WaitFunction,
         "_wait_interval",
@@ -393,6 +408,9 @@ def install(clock: SimulationClock, lambdas: InProcessLambdas, market: Ec2Market
         if _installed is not None:
             raise RuntimeError("spotrelay.local patches are installed already: uninstall them first")
         check_moto()
+        stopped = stop_stray_executions()
+        if stopped:
+            logger.info("stopped executions an earlier mock left running", extra={"executions": stopped})
         patcher = _Patcher()
         deliveries: list[Delivery] = []
         try:
@@ -408,6 +426,21 @@ def install(clock: SimulationClock, lambdas: InProcessLambdas, market: Ec2Market
             raise
         _installed = Installed(clock=clock, lambdas=lambdas, market=market, deliveries=deliveries, _patcher=patcher)
         return _installed
+
+
+def stop_stray_executions() -> int:
+    """Stop every Step Functions execution still running in this process (see the module docstring:
+    executions left behind); returns how many. Called with no patches installed."""
+    stopped = 0
+    now = datetime.now(UTC)
+    for candidate in gc.get_objects():
+        if not isinstance(candidate, ExecutionWorker):
+            continue
+        env = getattr(candidate, "env", None)
+        if env is not None and env.is_running():
+            candidate.stop(stop_date=now, error="spotrelay.local.Stale", cause="left running by an earlier mock")
+            stopped += 1
+    return stopped
 
 
 # --- Lambda ------------------------------------------------------------------------------------------

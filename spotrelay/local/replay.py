@@ -395,7 +395,9 @@ class Replay:
         refusals = market.refusals
         while self._seen_refusals < len(refusals):
             refusal = refusals[self._seen_refusals]
-            self.note("-", f"EC2 refused {refusal.pool.offering} ({refusal.pool.market}): {refusal.code}", refusal.at)
+            tracked = self._by_id.get(refusal.tags.get(TAG_JOB_ID, ""))
+            label = tracked.submission.name if tracked is not None else "-"
+            self.note(label, f"EC2 refused {refusal.pool.offering} ({refusal.pool.market}): {refusal.code}", refusal.at)
             self._seen_refusals += 1
         invocations = self.runtime.lambdas.invocations
         functions = self.stack.functions

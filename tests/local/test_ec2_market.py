@@ -79,6 +79,23 @@ def test_a_pool_without_capacity_refuses_like_ec2(ec2_runtime: LocalRuntime, clo
     ]
 
 
+def test_a_refusal_keeps_the_tags_the_request_asked_for(ec2_runtime: LocalRuntime, clock: VirtualClock) -> None:
+    # The replay names the job a refused launch was for: the instance tags of the request
+    clock.advance_to(START + timedelta(hours=1))
+    with pytest.raises(ClientError):
+        run_spot(
+            ec2_runtime,
+            "g5.xlarge",
+            "us-east-1a",
+            TagSpecifications=[
+                {"ResourceType": "volume", "Tags": [{"Key": "spotrelay:job-id", "Value": "not-this"}]},
+                {"ResourceType": "instance", "Tags": [{"Key": "spotrelay:job-id", "Value": "resnet50-1"}]},
+            ],
+        )
+    assert ec2_runtime.market is not None
+    assert [dict(r.tags) for r in ec2_runtime.market.refusals] == [{"spotrelay:job-id": "resnet50-1"}]
+
+
 def test_a_max_price_below_the_spot_price_is_refused(ec2_runtime: LocalRuntime) -> None:
     with pytest.raises(ClientError) as refused:
         run_spot(ec2_runtime, "g6.xlarge", "us-east-1a", spot_options={"MaxPrice": "0.30"})

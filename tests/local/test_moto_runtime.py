@@ -17,11 +17,6 @@ from spotrelay.local import LocalRuntime, VirtualClock
 
 from .conftest import START
 
-# Kept out of `make test` (run with `make test-slow`): replays driven on the virtual clock have hung
-# intermittently in full two-worker runs of the suite on this machine (a driver/execution race not found
-# yet; see the issue note), and a hang in CI would block every landing.
-pytestmark = pytest.mark.slow
-
 ECHO = """\
 import os
 

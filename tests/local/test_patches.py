@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import inspect
+import json
+import time
+from typing import Any
 
+import boto3
 import moto
 import pytest
+from moto import mock_aws
 from moto.awslambda.models import LambdaFunction
 from moto.ec2.models import instance_types as moto_instance_types
 from moto.events.models import Rule
+from moto.stepfunctions import responses as sfn_responses
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.eval.callback import callback
@@ -85,3 +91,43 @@ def test_install_patches_and_uninstall_restores_moto() -> None:
     assert types_before == moto_instance_types.INSTANCE_TYPES
     assert "p3.2xlarge" not in moto_instance_types.INSTANCE_TYPES
     assert patches.installed() is None
+
+
+def _started_wait(sfn: Any, arn: str, bound_seconds: float = 60.0) -> None:
+    """Return once the execution entered its Wait state (moto runs it on its own thread); a bounded poll."""
+    deadline = time.monotonic() + bound_seconds
+    while time.monotonic() < deadline:
+        events = sfn.get_execution_history(executionArn=arn)["events"]
+        if any(e["type"] == "WaitStateEntered" for e in events):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{arn} did not reach its Wait state in {bound_seconds:g} s")
+
+
+def test_install_stops_executions_an_earlier_mock_left_running() -> None:
+    # Given an execution that a plain moto mock (a test's) left waiting in real time: when its Wait
+    # ended it would run its next state under whatever is patched and mocked then
+    definition = {
+        "StartAt": "Wait",
+        "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "Next": "After"}, "After": {"Type": "Pass", "End": True}},
+    }
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        machine = sfn.create_state_machine(
+            name="left-behind", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/sfn"
+        )["stateMachineArn"]
+        arn = sfn.start_execution(stateMachineArn=machine)["executionArn"]
+        _started_wait(sfn, arn)
+        backend = sfn_responses.get_backend("123456789012", "us-east-1")
+        worker: ExecutionWorker | None = getattr(backend.describe_execution(arn), "exec_worker", None)
+    assert worker is not None
+    env = worker.env
+    assert env is not None
+    assert env.is_running()
+    # When the local runtime's patches are installed
+    clock = VirtualClock(START)
+    installed = patches.install(clock, InProcessLambdas(clock))
+    installed.uninstall()
+    # Then that execution is stopped: it runs no further state
+    assert not env.is_running()
+    assert type(env.program_state()).__name__ == "ProgramStopped"

@@ -11,11 +11,6 @@ import pytest
 from spotrelay.local.replay import ReplayResult, check
 from spotrelay.local.scenario import Expectation
 
-# Kept out of `make test` (run with `make test-slow`): replays driven on the virtual clock have hung
-# intermittently in full two-worker runs of the suite on this machine (a driver/execution race not found
-# yet; see the issue note), and a hang in CI would block every landing.
-pytestmark = pytest.mark.slow
-
 Replayed = Callable[..., ReplayResult]
 START = datetime(2026, 11, 30, tzinfo=UTC)
 
