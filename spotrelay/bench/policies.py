@@ -26,8 +26,10 @@ decision point, run on a pool (spot or on-demand) or wait.
   stays there (the control plane never re-places a running job), so `place()` is called without
   `migrates`: an idle job behind schedule with no spot waits for spot until the safety net. The restart
   overhead `place()` assumes is the spec's (`placement.restart_overhead_minutes`), which the workloads set
-  to the job's real d. On a preemption, the job's recovery strategy decides (block the pool, prefer it,
-  or fail the job).
+  to the job's real d; a periodic-only job's spec gives no grace to save at the notice, so `place()`'s
+  net keeps its checkpoint interval too. On a preemption, the job's recovery strategy decides (block the
+  pool, prefer it, or fail the job), seeing the job's last placement as the control plane records it
+  (`Job.placement`), which tells it whether there is another spot pool to move to.
 - `spotrelay+migrate` (a what-if, not what the control plane does): as `spotrelay`, and a job running on
   on-demand is re-placed at every market change with `current_market=on-demand` and moved back to spot
   when the market choice says so (Uniform Progress's hysteresis); `place(migrates=True)`, so an idle job
@@ -43,7 +45,7 @@ from datetime import datetime, timedelta
 
 from spotrelay.bench.sim import WAKE_EPSILON_HOURS, Decision, JobContext, JobPolicy, JobStatus
 from spotrelay.control.lifecycle import PLAN_DEPTH, REFUSED_POOL_BLOCK_MINUTES
-from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, Pool
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, Pool
 from spotrelay.policy import (
     AttemptEnded,
     BlockedPool,
@@ -66,12 +68,16 @@ def _first(*times: float | None) -> float | None:
     return min(known) if known else None
 
 
-def uniform_progress_wake(ctx: JobContext, st: JobStatus, restart_overhead_hours: float) -> float | None:
+def uniform_progress_wake(
+    ctx: JobContext, st: JobStatus, restart_overhead_hours: float, work_at_risk_hours: float = 0.0
+) -> float | None:
     """When, with nothing changing on the market, Uniform Progress's answer for an idle job can change:
-    the safety net (time left < on-demand run + 2d) or the uniform line (progress < W t / D)."""
+    the safety net (time left < on-demand run + 2d + the work at risk) or the uniform line (progress <
+    W t / D)."""
     job = ctx.job
     od_run = ctx.on_demand_run_hours(st.remaining)
-    net = None if od_run is None else job.deadline_at - od_run - 2 * restart_overhead_hours
+    margin = market_choice.safety_net_margin_hours(restart_overhead_hours, work_at_risk_hours)
+    net = None if od_run is None else job.deadline_at - od_run - margin
     line = job.submit_hours + st.work_done * job.deadline_hours / job.work_hours
     # A threshold at or before now (progress exactly on the line) flips as soon as time moves on. One a
     # rounding error before now counts too: the rule's own comparison (time left < run + 2d, summed in another
@@ -224,12 +230,14 @@ class Spotrelay:
         self.ctx = ctx
         job = ctx.job
         self.overhead = job.spec.placement.restart_overhead_hours  # what place() assumes
+        self.work_at_risk = placement.work_at_risk_hours(job.spec)  # what place()'s safety net keeps
         self.migrate = migrate
         self.blocks: list[BlockedPool] = []
         self.observed: dict[str, tuple[int, float]] = {}
         self.attempts: list[Attempt] = []
         self.interruptions = 0
         self.preferred: Pool | None = None
+        self.placement: tuple[PlannedPool, ...] = ()  # the latest non-empty ranking, as Place records it
         self.waiting_since: float | None = None
         self.failed: str | None = None
         self.types = set(job.instance_types)
@@ -277,6 +285,9 @@ class Spotrelay:
             self.waiting_since = None
             if self.preferred is not None:
                 plan.sort(key=lambda r: r.pool != self.preferred)
+            self.placement = tuple(
+                PlannedPool(pool=r.pool, hourly_price=r.hourly_price, relative_speed=r.relative_speed) for r in plan
+            )
             for ranked in plan:
                 pool = ranked.pool
                 if pool in blocked:
@@ -315,7 +326,9 @@ class Spotrelay:
         return Decision(
             pool=None,
             recheck_at=_first(
-                min(lapses, default=None), uniform_progress_wake(self.ctx, status, self.overhead), give_up_at
+                min(lapses, default=None),
+                uniform_progress_wake(self.ctx, status, self.overhead, self.work_at_risk),
+                give_up_at,
             ),
         )
 
@@ -355,6 +368,7 @@ class Spotrelay:
             interruptions=self.interruptions,
             cost_usd=status.cost,
             work_done_hours=status.work_done,
+            placement=self.placement,
         )
         event = AttemptEnded(kind=EndKind.SPOT_INTERRUPTED, pool=pool, at=now, attempt=current.attempt)
         action = recovery.decide_recovery(job, self.attempts, event)

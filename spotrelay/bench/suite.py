@@ -223,14 +223,11 @@ def gap_analysis(runs: Sequence[WorkloadRun]) -> list[str]:
         "1. **Deadlines.** The restart overhead is part of the job spec (`placement.restart_overhead_minutes`, "
         "default 6 min); the workloads put each job's real d there and the control plane's `place()` uses it, so "
         "Uniform Progress's safety net keeps two of the job's own restarts of slack. Its guarantee assumes that a "
-        "preemption loses no work. A job that checkpoints only periodically can lose up to an interval of work at a "
-        "preemption just outside the net; then not even on-demand can finish in time, `place()` rejects every pool "
-        "for the deadline, and the job waits until `max_wait_hours` fails it with NoCapacity (the replay then "
-        "rescues it on on-demand and counts it late, by about a day). Waiting for spot while behind (point 2) keeps "
-        "jobs nearer the net than catching up on on-demand does, so they are more exposed to this than "
-        "uniform-progress; greedy's misses of such jobs are the same loss. To close it: a net that also keeps the "
-        "work at risk (the checkpoint interval) for jobs whose final checkpoint may fail, and a job that can no "
-        "longer meet its deadline placed on on-demand at once rather than left waiting.",
+        "preemption loses no work; a job that checkpoints only periodically can lose up to an interval. Such a job "
+        "says so in its spec (no grace to save at the notice, `checkpoint.grace_seconds: 0`; the workloads set it "
+        "for their periodic-only jobs), and `place()`'s net then keeps the checkpoint interval on top of the two "
+        "restarts. A job that can no longer meet its deadline anyway is placed on on-demand at once (no pool is "
+        "rejected for a deadline none can meet) instead of waiting until `max_wait_hours` fails it.",
         "2. **Cost.** `place()`'s market choice is Uniform Progress. Its rule 1 (an idle job behind the uniform line "
         "goes on-demand) pays off only with rule 3 (back to spot once ahead again), and the control plane never "
         "re-places a running job, so rule 1 alone would mean on-demand to the end. The control plane therefore calls "
@@ -241,14 +238,15 @@ def gap_analysis(runs: Sequence[WorkloadRun]) -> list[str]:
         "with `current_market=on-demand` and `place(migrates=True)`, following rules 1 and 3; that brings it to "
         "about uniform-progress's cost. To close it: a control-plane path that re-places on-demand jobs (on capacity "
         "changes or the reconcile schedule) and migrates them through a checkpoint.",
-        "3. **What remains.** eager-next-pool blocks a lost pool for 60 min and a refused launch blocks a pool for "
-        "10 min; the traces' outages are often shorter, and in the single-zone setting the job has no other pool, so "
-        "a block keeps a job off spot when it comes back and brings it to the safety net sooner, after which it runs "
-        "on on-demand to the end. That is most of what separates spotrelay from greedy there. Even without blocks, "
-        "in the single-zone setting spotrelay runs Uniform Progress's own rules on the same single pool: with "
-        "migration it can tie uniform-progress, not beat it. Beating it needs a better market choice than the "
-        "paper's (e.g. one that uses the interruption model's estimate of a pool's availability): new policy work, "
-        "not done here.",
+        "3. **What remains.** Recovery no longer blocks the only spot pool a job's last placement offered (the "
+        "single-zone setting): a block there only kept the job idle while capacity came back, and brought it to the "
+        "safety net sooner. Where there are other pools, eager-next-pool still blocks a lost pool for "
+        "`recovery.block_minutes` (60 by default, and the deployment's warning block as long), and a refused launch "
+        "blocks a pool for 10 min (the control plane's constant): both keep a job off a pool whose outages are often "
+        "shorter, which is most of what is left between spotrelay and greedy (which sees capacity at once). Without "
+        "migration, greedy's rule (spot whenever there is any, on-demand for good at the last moment) is about the "
+        "best a policy can do on one pool; beating uniform-progress there needs migration, and beating it with "
+        "migration needs a better market choice than the paper's: new policy work, not done here.",
         "4. **1.2x of omniscient.** The bound is a relaxation (no restart overheads but one, fractional use of every "
         "hour with perfect foresight); the last column shows how far the best online policy that meets every "
         "deadline is from it.",
@@ -285,14 +283,17 @@ ABOUT = """## How to read this
   the workloads set to the job's real d; the interruption model sharpened by the job's own preemptions;
   no `migrates`, so an idle job behind schedule waits for spot until the safety net), launch in rank order
   (refused pools blocked 10 min), recovery by the job's strategy (eager-next-pool blocks a lost pool
-  60 min), and a job on on-demand stays there. One idealisation in its favour: an idle job is re-placed at
-  every market change and when a block lapses, where production re-places after the Wait state's backoff
-  (1 to 15 min). `spotrelay+migrate` also re-places jobs running on on-demand at market changes and moves
-  them back to spot when Uniform Progress's hysteresis allows (`place(current_market=on-demand)`), and
-  lets an idle job behind schedule catch up on on-demand (`place(migrates=True)`), which the control plane
-  does not do today. It measures what closing that gap would give; it is not what runs in production.
+  60 min when the job's last placement offered another spot pool; neither strategy blocks a job's only
+  spot pool), and a job on on-demand stays there. Its safety net keeps a checkpoint interval of slack
+  more for jobs whose spec gives no grace to save at the notice (the fleet's periodic-only jobs). One
+  idealisation in its favour: an idle job is re-placed at every market change and when a block lapses,
+  where production re-places after the Wait state's backoff (1 to 15 min). `spotrelay+migrate` also
+  re-places jobs running on on-demand at market changes and moves them back to spot when Uniform Progress's
+  hysteresis allows (`place(current_market=on-demand)`), and lets an idle job behind schedule catch up on
+  on-demand (`place(migrates=True)`), which the control plane does not do today. It measures what closing
+  that gap would give; it is not what runs in production.
 - Misses of jobs that checkpoint only periodically come from the work a preemption loses (up to an hour),
-  which a policy's fixed margin (d or 2d) does not cover.
+  which a policy's fixed margin (d or 2d) does not cover; spotrelay's net keeps that interval for them.
 
 ## Workloads
 

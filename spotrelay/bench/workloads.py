@@ -326,8 +326,12 @@ def job_spec(
     checkpoint_interval_minutes: float = 15,
     max_interruptions: int = UNLIMITED_INTERRUPTIONS,
     restart_overhead_hours: float = DEFAULT_RESTART_OVERHEAD_MINUTES / 60,
+    saves_at_notice: bool = True,
 ) -> JobSpec:
-    """A bench job's spec; `restart_overhead_hours` is the job's real d, which the spec tells `place()`."""
+    """A bench job's spec; `restart_overhead_hours` is the job's real d, which the spec tells `place()`;
+    a job that does not save at the notice (`saves_at_notice` False: it checkpoints only periodically)
+    says so as a user would, with no grace to save (`checkpoint.grace_seconds: 0`), which `place()` reads
+    as a checkpoint interval of work at risk."""
     resources: dict[str, Any] = {"gpus": gpus}
     if gpu_models is not None:
         resources["gpu_models"] = list(gpu_models)
@@ -337,7 +341,10 @@ def job_spec(
             "run": {"command": "train"},
             "resources": resources,
             "work_hours": work_hours,
-            "checkpoint": {"interval_minutes": checkpoint_interval_minutes},
+            "checkpoint": {
+                "interval_minutes": checkpoint_interval_minutes,
+                **({} if saves_at_notice else {"grace_seconds": 0}),
+            },
             "limits": {"deadline_hours": deadline_hours, "max_interruptions": max_interruptions},
             "recovery": {"strategy": recovery},
             "placement": {"restart_overhead_minutes": restart_overhead_hours * 60},
@@ -471,6 +478,7 @@ def fleet(inputs: BenchInputs, *, seed: int = 1, count: int = FLEET_JOBS) -> Wor
             recovery=recovery,
             checkpoint_interval_minutes=interval,
             restart_overhead_hours=overhead,
+            saves_at_notice=not periodic_only,
         )
         types = fitting_types(spec, allowed)
         jobs.append(
@@ -560,7 +568,8 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
         restart_overhead: 6m          # d, paid at every (re)start, also put in the spec for place()
                                       #   (default: placement.restart_overhead_minutes, 6 min unless set;
                                       #   set both to replay a job whose spec misjudges its overhead)
-        checkpoint_on_notice: false   # default true: nothing is lost at a preemption
+        checkpoint_on_notice: false   # default true: nothing is lost at a preemption; false also puts
+                                      #   checkpoint.grace_seconds 0 in the spec (unless set): see place()
         zones: [us-east-1c]           # this job's zones (default: the workload's)
         per_zone: true                # one copy per zone, each limited to it (the paper's single-zone runs)
         repeat: {count: 10, every: 24h}   # copies submitted every 24 h
@@ -607,6 +616,11 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
         if entry.restart_overhead is not None and (placement is None or isinstance(placement, dict)):
             # The job's real d goes into its spec, as a user would write it, unless the spec says otherwise.
             raw["placement"] = {"restart_overhead_minutes": entry.restart_overhead * 60, **(placement or {})}
+        checkpoint = raw.get("checkpoint")
+        if not entry.checkpoint_on_notice and (checkpoint is None or isinstance(checkpoint, dict)):
+            # A job that does not save at the notice has no use for grace to save: its spec says so, which is
+            # how place() learns that a preemption may lose a checkpoint interval (unless the spec says otherwise).
+            raw["checkpoint"] = {"grace_seconds": 0, **(checkpoint or {})}
         where = f"{path}: jobs[{index}]"
         try:
             spec = parse_job_spec(raw, where)

@@ -157,7 +157,7 @@ def place_step(
                 ),
             )
         backoff = min(WAIT_BASE_SECONDS * 2**fresh.place_waits, WAIT_MAX_SECONDS)
-        wait = min(backoff, _seconds_to_safety_net(decision.market, fresh.spec.placement.restart_overhead_hours))
+        wait = min(backoff, _seconds_to_safety_net(decision.market))
         fresh.place_waits += 1
         fresh.waiting_since = waiting_since
         fresh.state = ensure_transition(fresh.state, JobState.WAITING)
@@ -167,12 +167,15 @@ def place_step(
     return result
 
 
-def _seconds_to_safety_net(market: MarketDecision, restart_overhead_hours: float) -> int:
-    """How long a waiting job may sleep before Uniform Progress's safety net is due (slack below two
-    restart overheads): a job that woke later could miss a deadline that was still reachable."""
-    if market.slack_hours is None:
+def _seconds_to_safety_net(market: MarketDecision) -> int:
+    """How long a waiting job may sleep before Uniform Progress's safety net is due (the slack down to
+    two restart overheads and the work a preemption may lose): a job that woke later could miss a
+    deadline that was still reachable. No net (no deadline, or no on-demand to fall back on): the
+    longest wait."""
+    hours = market.hours_to_safety_net
+    if hours is None:
         return WAIT_MAX_SECONDS
-    return max(MIN_WAIT_SECONDS, math.ceil((market.slack_hours - 2 * restart_overhead_hours) * 3600))
+    return max(MIN_WAIT_SECONDS, math.ceil(hours * 3600))
 
 
 # -------------------------------------------------------------------------------------------- Launch

@@ -123,7 +123,9 @@ class ResourcesSpec(_Spec):
 class CheckpointSpec(_Spec):
     dir: str = Field(default="/ckpt", pattern=r"^/", description="absolute path on the instance")
     interval_minutes: float = Field(strict=True, default=15, gt=0, le=24 * 60)
-    # The spot notice gives two minutes; the agent needs some of them to upload the last delta.
+    # The spot notice gives two minutes; the agent needs some of them to upload the last delta. 0: the job
+    # is not given time to save at the notice (it saves only every interval_minutes), so a preemption may
+    # lose up to an interval of work, which the deadline's safety net then keeps as slack.
     grace_seconds: int = Field(strict=True, default=90, ge=0, le=110)
 
 

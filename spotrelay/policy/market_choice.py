@@ -24,6 +24,15 @@ guarantee as with rule 1 — provided the caller asks again by the time the net 
 past it by more than d loses it. Waiting is what the job would do ahead of the line anyway; what it
 gives up is only rule 1's early catching-up, which without rule 3 buys no spot later.
 `returns_to_spot=True` (the default) is the paper's policy.
+
+Work at risk. The paper's guarantee assumes a preemption loses no work. A job that does not save its
+state at the notice (it saves only every `checkpoint.interval_minutes`) loses up to that interval of
+work when preempted, which comes out of the slack the net keeps: preempted just outside the net, not
+even on-demand finishes in time. The caller passes that interval as `work_at_risk_hours`
+(`spotrelay.policy.placement.work_at_risk_hours`), and the net keeps it on top of the two restarts: a
+spot (re)start is made only while time left >= on-demand run + 2d + work at risk, so a preemption at
+the worst moment still leaves one restart's slack to finish on on-demand. 0 (the default) is the
+paper's net.
 """
 
 from __future__ import annotations
@@ -47,6 +56,15 @@ class MarketDecision(BaseModel):
     action: MarketAction
     reason: str
     slack_hours: float | None = None  # time left minus on-demand run time; None without a deadline
+    # The slack at which the safety net fires (2 restarts + the work at risk); None: no net applies.
+    net_margin_hours: float | None = None
+
+    @property
+    def hours_to_safety_net(self) -> float | None:
+        """How long an idle job may wait before the safety net is due (<= 0: it is due now)."""
+        if self.slack_hours is None or self.net_margin_hours is None:
+            return None
+        return self.slack_hours - self.net_margin_hours
 
     @property
     def markets(self) -> frozenset[Market]:
@@ -69,6 +87,7 @@ def uniform_progress(
     on_demand_allowed: bool,
     current: Market | None = None,
     returns_to_spot: bool = True,
+    work_at_risk_hours: float = 0.0,
 ) -> MarketDecision:
     """Which market to run on now. `current` is the job's market if it runs, None if it is idle.
 
@@ -87,19 +106,24 @@ def uniform_progress(
     if on_demand_run_hours is None or slack is None:
         return _spot_or_wait(spot_available, "no on-demand type fits within the price cap: spot only", slack)
     progress = work_done_hours
+    margin = safety_net_margin_hours(restart_overhead_hours, work_at_risk_hours)
     expected = total_work_hours * min(1.0, elapsed_hours / deadline_hours)
     if current is Market.SPOT:
         # Rule 2, second half: a job running on spot stays there until it is preempted.
-        return MarketDecision(action=MarketAction.SPOT, reason="on spot: stay until preempted", slack_hours=slack)
+        return MarketDecision(
+            action=MarketAction.SPOT, reason="on spot: stay until preempted", slack_hours=slack, net_margin_hours=margin
+        )
     # Rule 4: the safety net. Also once we are on on-demand inside the net, stay there.
-    if time_left < on_demand_run_hours + 2 * restart_overhead_hours:
+    if time_left < on_demand_run_hours + margin:
+        at_risk = f" + {work_at_risk_hours:.2f} h of work at risk" if work_at_risk_hours > 0 else ""
         return MarketDecision(
             action=MarketAction.ON_DEMAND,
             reason=(
                 f"safety net: {time_left:.2f} h left, on-demand needs {on_demand_run_hours:.2f} h "
-                f"+ 2 x {restart_overhead_hours:.2f} h restart; on-demand until the end"
+                f"+ 2 x {restart_overhead_hours:.2f} h restart{at_risk}; on-demand until the end"
             ),
             slack_hours=slack,
+            net_margin_hours=margin,
         )
     if current is Market.ON_DEMAND:
         # Rule 3: hysteresis.
@@ -109,11 +133,13 @@ def uniform_progress(
                 action=MarketAction.SPOT,
                 reason=f"progress {progress:.2f} h >= {ahead_of:.2f} h (uniform line + 2 restarts): back to spot",
                 slack_hours=slack,
+                net_margin_hours=margin,
             )
         return MarketDecision(
             action=MarketAction.ON_DEMAND,
             reason=f"hysteresis: stay on on-demand until progress reaches {ahead_of:.2f} h",
             slack_hours=slack,
+            net_margin_hours=margin,
         )
     if spot_available:
         # Rule 2: taking risks.
@@ -121,6 +147,7 @@ def uniform_progress(
             action=MarketAction.SPOT,
             reason=f"spot available; slack {slack:.2f} h of {deadline_hours:g} h allows it",
             slack_hours=slack,
+            net_margin_hours=margin,
         )
     if progress < expected and not returns_to_spot:
         # Rule 1 without rule 3 would be on-demand for good: wait for spot; the safety net guards the deadline.
@@ -131,6 +158,7 @@ def uniform_progress(
                 "run would not return to spot: wait for spot until the safety net"
             ),
             slack_hours=slack,
+            net_margin_hours=margin,
         )
     if progress < expected:
         # Rule 1: behind the uniform line while idle.
@@ -138,12 +166,19 @@ def uniform_progress(
             action=MarketAction.ON_DEMAND,
             reason=f"no spot and behind schedule (progress {progress:.2f} h < {expected:.2f} h): on-demand",
             slack_hours=slack,
+            net_margin_hours=margin,
         )
     return MarketDecision(
         action=MarketAction.WAIT,
         reason=f"no spot now; ahead of schedule (progress {progress:.2f} h >= {expected:.2f} h), wait for spot",
         slack_hours=slack,
+        net_margin_hours=margin,
     )
+
+
+def safety_net_margin_hours(restart_overhead_hours: float, work_at_risk_hours: float = 0.0) -> float:
+    """The slack the safety net keeps: two restart overheads (the paper's) plus the work at risk."""
+    return 2 * restart_overhead_hours + work_at_risk_hours
 
 
 def _spot_or_wait(spot_available: bool, why: str, slack: float | None) -> MarketDecision:

@@ -73,6 +73,9 @@ class Placement(BaseModel):
     market: MarketDecision
     ranked: tuple[RankedPool, ...]
     rejected: tuple[Rejection, ...]
+    # No pool can finish before the deadline any more: none is rejected for it, the job finishes as soon
+    # as it can (on on-demand, by the safety net, if the job allows on-demand).
+    deadline_lost: bool = False
 
     @property
     def best(self) -> RankedPool | None:
@@ -200,6 +203,28 @@ def place(
             )
         return misfits[type_name]
 
+    latest = sorted(latest_quotes(quotes).items(), key=lambda item: _pool_order(item[0]))
+    on_demand_types = [
+        itype for name in sorted(od_prices) if (itype := INSTANCE_TYPES.get(name)) is not None and misfit(name) is None
+    ]
+    # A deadline no pool can meet any more (a preemption lost work the net could not cover, or the job
+    # came too late): rejecting every pool for it would leave the job waiting until `max_wait_hours`
+    # fails it. It is late whatever happens now, so no pool is rejected for the deadline and the market
+    # choice's safety net puts it on on-demand: finished as soon as possible, the least late it can be.
+    candidate_types = [
+        itype
+        for name in {pool.instance_type for pool, _ in latest} | {t.name for t in on_demand_types}
+        if (itype := INSTANCE_TYPES.get(name)) is not None and misfit(name) is None
+    ]
+    deadline_lost = (
+        time_left is not None
+        and bool(candidate_types)
+        and min(remaining_work_hours / relative_speed(t) for t in candidate_types) + overhead
+        > time_left + DEADLINE_ROUNDING_HOURS
+    )
+    if deadline_lost:
+        time_left = None
+
     ranked: list[RankedPool] = []
     rejected: list[Rejection] = []
 
@@ -260,16 +285,13 @@ def place(
 
     spot: list[RankedPool] = []
     all_zones = set(zones)
-    for pool, quote in sorted(latest_quotes(quotes).items(), key=lambda item: _pool_order(item[0])):
+    for pool, quote in latest:
         all_zones.add(pool.availability_zone)
         if pool.market is Market.SPOT:
             candidate = consider(pool, quote.usd_per_hour)
             if candidate is not None:
                 spot.append(candidate)
 
-    on_demand_types = [
-        itype for name in sorted(od_prices) if (itype := INSTANCE_TYPES.get(name)) is not None and misfit(name) is None
-    ]
     od_run_hours = _on_demand_run_hours(on_demand_types, od_prices, remaining_work_hours, cap)
     decision = uniform_progress(
         total_work_hours=spec.work_hours,
@@ -282,7 +304,12 @@ def place(
         on_demand_allowed=spec.limits.on_demand_fallback,
         current=current_market,
         returns_to_spot=migrates or current_market is Market.ON_DEMAND,
+        work_at_risk_hours=work_at_risk_hours(spec),
     )
+    if deadline_lost:
+        decision = decision.model_copy(
+            update={"reason": f"the deadline can no longer be met: finish as soon as possible; {decision.reason}"}
+        )
 
     if decision.action is MarketAction.SPOT:
         ranked.extend(spot)
@@ -312,7 +339,18 @@ def place(
         market=decision,
         ranked=tuple(ranked),
         rejected=tuple(rejected),
+        deadline_lost=deadline_lost,
     )
+
+
+def work_at_risk_hours(spec: JobSpec) -> float:
+    """The work a preemption may lose, which the safety net keeps in its margin (see
+    `spotrelay.policy.market_choice`). At the notice the agent sends SIGTERM, gives the job
+    `checkpoint.grace_seconds` to save its state, then uploads the checkpoint dir. A job given no grace
+    (`grace_seconds: 0`: it saves only on its own schedule) resumes from its last periodic checkpoint, up to
+    `checkpoint.interval_minutes` of work ago; a job given grace saves at the notice and loses nothing
+    (the paper's assumption)."""
+    return spec.checkpoint.interval_minutes / 60 if spec.checkpoint.grace_seconds == 0 else 0.0
 
 
 def _pool_order(pool: Pool) -> tuple[str, str, str]:

@@ -4,6 +4,16 @@ Each strategy is a small named class, chosen per job (`recovery: {strategy: ...}
 is a pure function of (job, attempts, event) -> next action. Backoff and retries are not here: they
 live in the state machine's Retry/Wait states. Limits common to every strategy come first: too many
 interruptions, too many restarts of failing user code, or the budget spent end the job.
+
+A block steers the job away from a lost pool, to the next one. It has nowhere to steer a job whose
+last placement (`Job.placement`, the ranking the lost attempt was launched from) offered no other spot
+pool — a job confined to one zone and type, as in the Can't Be Late setting: there a block only keeps
+the job idle while the pool's capacity comes back (on the Can't Be Late traces outages last a median
+20-40 minutes, less than the default 60-minute block), and a waiting job with a deadline drifts into
+the safety net and runs on on-demand to the end. So neither strategy blocks the only spot pool a job
+has; a relaunch there while it still has no capacity is refused, and Launch blocks it for a few
+minutes then (`spotrelay.control.lifecycle.REFUSED_POOL_BLOCK_MINUTES`), which paces the retries. A
+job with no recorded placement (none yet, or an older record) is blocked as before.
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from typing import Literal, Protocol
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
-from spotrelay.models import Attempt, AttemptOutcome, Job, Pool, RecoveryStrategyName
+from spotrelay.models import Attempt, AttemptOutcome, Job, Market, Pool, RecoveryStrategyName
 
 
 class EndKind(StrEnum):
@@ -117,6 +127,14 @@ def _limits(job: Job, event: AttemptEnded) -> Fail | None:
     return None
 
 
+def has_other_spot_pool(job: Job, pool: Pool) -> bool:
+    """Whether the job's last placement offered a spot pool other than `pool` to move to (True when no
+    placement is recorded: nothing says the block would be useless)."""
+    if not job.placement:
+        return True
+    return any(p.pool != pool and p.pool.market is Market.SPOT for p in job.placement)
+
+
 def _block(job: Job, event: AttemptEnded) -> BlockedPool:
     minutes = job.spec.recovery.block_minutes
     return BlockedPool(
@@ -132,7 +150,8 @@ def _restart_same_code(event: AttemptEnded) -> Relaunch:
 
 
 class EagerNextPool:
-    """Block the pool just lost for `recovery.block_minutes` and take the next best one now."""
+    """Block the pool just lost for `recovery.block_minutes` and take the next best one now; a job whose
+    last placement had no other spot pool is not blocked from its only one (module docstring)."""
 
     name = RecoveryStrategyName.EAGER_NEXT_POOL
 
@@ -142,6 +161,11 @@ class EagerNextPool:
             return failed
         if event.kind is EndKind.JOB_FAILED:
             return _restart_same_code(event)
+        if not has_other_spot_pool(job, event.pool):
+            return Relaunch(
+                reason=f"{event.kind} in {event.pool}, the only spot pool placement offered: not blocked",
+                counts_interruption=event.kind.is_interruption,
+            )
         return Relaunch(
             reason=f"{event.kind} in {event.pool}: block it, take the next best pool",
             block=(_block(job, event),),
@@ -168,6 +192,11 @@ class SamePoolFirst:
             and previous.pool == event.pool
             and previous.outcome in {AttemptOutcome.INTERRUPTED, AttemptOutcome.LOST}
         )
+        if (event.kind.is_launch_failure or lost_here_before) and not has_other_spot_pool(job, event.pool):
+            return Relaunch(
+                reason=f"{event.kind} in {event.pool}, the only spot pool placement offered: not blocked",
+                counts_interruption=event.kind.is_interruption,
+            )
         if event.kind.is_launch_failure or lost_here_before:
             why = "no capacity there" if event.kind.is_launch_failure else "lost there twice in a row"
             return Relaunch(

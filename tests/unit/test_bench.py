@@ -70,6 +70,7 @@ def bench_job(
         recovery=recovery,
         checkpoint_interval_minutes=interval_minutes,
         restart_overhead_hours=overhead,
+        saves_at_notice=on_notice,
     )
     return BenchJob(
         name="job",
@@ -256,6 +257,49 @@ def test_spotrelay_waits_for_spot_while_behind_and_the_migrating_variant_catches
     assert markets[-1] is Market.SPOT
     assert catches_up.cost > waits.cost
     assert catches_up.deadline_met
+
+
+def test_spotrelay_does_not_keep_a_single_zone_job_off_its_only_pool_after_a_preemption() -> None:
+    # Given one zone, in 30-minute ticks: capacity for 1 h, a 30-minute outage, then capacity for good
+    trace = trace_json([1, 1, 0] + [1] * 80, gap_seconds=1800)
+    builder = MarketBuilder(START)
+    builder.add_trace(
+        parse_availability_trace(trace, "us-east-1a", "v100_1", "us-east-1a_v100_1.json"),
+        PAPER_INSTANCE_TYPE,
+        spot_price_usd_per_hour=SPOT,
+    )
+    market = builder.build()
+    job = bench_job(["us-east-1a"], work=10, deadline=30, overhead=0.1)
+
+    # When spotrelay (eager-next-pool, block_minutes 60) runs it
+    result = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
+
+    # Then it is preempted at 1 h and back on the same pool when capacity returns at 1.5 h, not when a
+    # 60-minute block would lapse (2 h): its last placement offered no other spot pool
+    starts = [s.start for s in result.segments if s.kind == "overhead"]
+    assert starts == pytest.approx([0.0, 1.5])
+    assert result.spot_hours == pytest.approx(10 + 2 * 0.1 + 0.0)
+    assert result.cost == pytest.approx(SPOT * (10 + 2 * 0.1))
+
+
+def test_spotrelay_keeps_the_work_at_risk_in_the_net_for_a_job_that_does_not_save_at_the_notice() -> None:
+    # Given spot that comes back at 4 h after an outage, 10 h of work due at 14.6 h, d = 0.1 h, and a job that
+    # saves only every 30 minutes (no grace to save at the notice)
+    market = market_of({"us-east-1a": [0] * 4 + [1] * 60})
+    periodic = bench_job(["us-east-1a"], work=10, deadline=14.6, overhead=0.1, on_notice=False, interval_minutes=30)
+    saving = bench_job(["us-east-1a"], work=10, deadline=14.6, overhead=0.1)
+    assert periodic.spec.checkpoint.grace_seconds == 0
+
+    at_risk = simulate(JobContext(periodic, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
+    safe = simulate(JobContext(saving, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
+
+    # Then the job that saves at the notice waits for spot (its net is at time left < 10 + 2 x 0.1 h: 4.4 h),
+    # while the periodic one goes on-demand when time left < 10 + 0.2 + 0.5 h, at 3.9 h, before spot returns
+    assert [s.pool.market for s in safe.segments if s.kind == "run"] == [Market.SPOT]
+    [run] = [s for s in at_risk.segments if s.kind == "run"]
+    assert run.pool.market is Market.ON_DEMAND
+    assert run.start == pytest.approx(3.9 + 0.1, abs=1e-3)
+    assert at_risk.deadline_met
 
 
 def test_spotrelay_goes_on_demand_at_the_safety_net_with_the_jobs_own_restart_overhead() -> None:

@@ -12,7 +12,7 @@ import pytest
 from control_builders import BLOCK_MINUTES, CHEAPEST, World, error, recorded_event
 
 from spotrelay.control.ec2_events import Ec2Event, MalformedEvent
-from spotrelay.models import JobState, Pool
+from spotrelay.models import JobState, Market, Pool
 
 WARNING = "spot-interruption-warning.json"
 TERMINATED = "instance-state-change-terminated.json"
@@ -51,6 +51,25 @@ def test_an_interruption_warning_marks_the_attempt_blocks_the_pool_and_fails_the
     cause = json.loads(result.cause)
     assert (cause["instance_id"], cause["attempt"]) == (world.attempt().instance_id, 1)
     assert (outcome.action, outcome.job_id, outcome.attempt, outcome.reason) == ("interrupt", "train-1", 1, "")
+
+
+def test_a_warning_does_not_block_the_only_spot_pool_the_job_has(events_dir: Path) -> None:
+    # Given a job running on the only spot pool its placement offered (confined to one zone and type)
+    world = World()
+    world.running()
+    job, version = world.store.get_job("train-1")
+    only = tuple(p for p in job.placement if p.pool == CHEAPEST or p.pool.market is Market.ON_DEMAND)
+    assert CHEAPEST in {p.pool for p in only}
+    world.store.put_job(job.model_copy(update={"placement": only}), version)
+    warning = event(events_dir, WARNING, world)
+    # When the two-minute warning arrives
+    outcome = world.handle(warning)
+    # Then the attempt is interrupted and its task failed, but the pool is not blocked: a block would only
+    # keep the job idle while the pool's capacity comes back
+    assert world.attempt().interrupted_at == warning.time
+    assert blocked_at(world, warning) == {}
+    assert [r.error for r in world.workflow.task_results] == ["SpotInterrupted"]
+    assert outcome.action == "interrupt"
 
 
 def test_the_same_warning_twice_fails_the_task_once_and_counts_one_interruption(events_dir: Path) -> None:

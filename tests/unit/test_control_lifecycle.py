@@ -83,6 +83,31 @@ def test_a_waiting_job_wakes_no_later_than_the_deadline_safety_net() -> None:
     assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
 
 
+def test_a_job_that_saves_only_periodically_wakes_before_the_net_that_keeps_its_work_at_risk() -> None:
+    # Given the same 2 h L4 job, but given no grace at the notice (it saves every 15 min on its own): a
+    # preemption may lose 0.25 h of work, which the net keeps on top of 2 x 0.1 h, so the net is due when
+    # the slack is 0.45 h, 100 s from now (on-demand g6.xlarge needs 2.0661 h)
+    world = World()
+    world.compute.prices.clear()
+    world.admitted(
+        work_hours=2,
+        resources={"gpus": 1, "gpu_models": ["L4"]},
+        limits={"deadline_hours": 2.0661 + 0.45 + 100 / 3600},
+        checkpoint={"interval_minutes": 15, "grace_seconds": 0},
+    )
+    # When Place finds nothing and the job waits, twice
+    first = world.place()
+    world.advance(seconds=first.wait_seconds)
+    second = world.place()
+    # Then the second wait ends at the wider net (~40 s), not two restarts before the deadline (~20 min)
+    assert (first.action, first.wait_seconds) == ("wait", 60)
+    assert second.action == "wait"
+    assert 38 <= second.wait_seconds <= 41
+    world.advance(seconds=second.wait_seconds)
+    assert world.place().action == "launch"
+    assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
+
+
 def test_place_fails_with_no_capacity_once_the_job_has_waited_max_wait_hours() -> None:
     # Given a job with one hour of patience that has found no pool since T0
     world = World()

@@ -373,3 +373,28 @@ def test_trace_without_a_return_to_spot_a_job_behind_waits_for_spot_and_never_pa
     assert trace[0].startswith("t=12: launch spot")
     assert finished_at == 12 + 2 + 20
     assert finished_at <= 40
+
+
+def test_the_work_at_risk_widens_the_safety_net_for_a_spot_start() -> None:
+    # Given 10 h of on-demand run left, 0.25 h restart overhead and 10.8 h to the deadline, spot available:
+    # outside the paper's net (10 + 2 x 0.25 = 10.5 h) but inside it with 0.5 h of work at risk (11 h)
+    paper = decide(elapsed_hours=9.2)
+    at_risk = decide(elapsed_hours=9.2, work_at_risk_hours=0.5)
+    # Then without work at risk the job starts on spot; with it, a preemption could cost 0.5 h of work and leave
+    # less than a restart of slack, so the net puts it on on-demand
+    assert paper.action is MarketAction.SPOT
+    assert at_risk.action is MarketAction.ON_DEMAND
+    assert "0.50 h of work at risk" in at_risk.reason
+
+
+@pytest.mark.parametrize(("work_at_risk", "expected"), [(0.0, 0.8 - 0.5), (0.5, 0.8 - 1.0)])
+def test_a_decision_says_how_long_until_its_safety_net_is_due(work_at_risk: float, expected: float) -> None:
+    # Given 0.8 h of slack (10.8 h left, 10 h on on-demand) and no spot
+    decision = decide(elapsed_hours=9.2, spot_available=False, work_at_risk_hours=work_at_risk)
+    # Then the net is due when the slack falls to 2 restarts (+ the work at risk)
+    assert decision.net_margin_hours == pytest.approx(0.5 + work_at_risk)
+    assert decision.hours_to_safety_net == pytest.approx(expected)
+
+
+def test_without_a_deadline_no_safety_net_is_due() -> None:
+    assert decide(deadline_hours=None).hours_to_safety_net is None

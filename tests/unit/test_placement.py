@@ -658,8 +658,12 @@ def test_placement_never_ranks_an_infeasible_blocked_or_overpriced_pool(
         assert r.pool not in kwargs["blocked"]
         assert cap is None or r.hourly_price <= cap
         assert kwargs["budget_left_usd"] is None or r.expected_cost_to_finish <= kwargs["budget_left_usd"]
-        if deadline is not None and spec.work_hours is not None:  # without a work estimate, no deadline test
+        # without a work estimate, no deadline test; a deadline no pool can meet any more rejects none
+        if deadline is not None and spec.work_hours is not None and not placement.deadline_lost:
             assert r.run_hours <= deadline - kwargs["elapsed_hours"]
+        if placement.deadline_lost:  # lost only when even this pool cannot finish in time
+            assert deadline is not None
+            assert r.run_hours + spec.placement.restart_overhead_hours > deadline - kwargs["elapsed_hours"]
         assert r.pool.market in placement.market.markets
         if r.pool.market is Market.ON_DEMAND:
             assert spec.limits.on_demand_fallback
@@ -715,3 +719,59 @@ def test_placement_is_deterministic_and_independent_of_quote_order(
     # Then all three placements are equal
     assert again == first
     assert reordered == first
+
+
+def test_a_job_that_cannot_save_at_the_notice_keeps_a_checkpoint_interval_in_the_safety_net() -> None:
+    # Given 10 h of V100 work due at 20 h, 9.55 h elapsed (10.45 h left), restarts of 6 min and spot available:
+    # outside the net of two restarts (10.2 h), inside it with a 30-minute checkpoint interval at risk (10.7 h)
+    v100 = quote("p3.2xlarge", ZONE_A, 0.90)
+    resources = {"gpus": 1, "gpu_models": ["V100"]}
+    saves = job_spec(
+        work_hours=10, limits={"deadline_hours": 20}, resources=resources, checkpoint={"interval_minutes": 30}
+    )
+    periodic = job_spec(
+        work_hours=10,
+        limits={"deadline_hours": 20},
+        resources=resources,
+        checkpoint={"interval_minutes": 30, "grace_seconds": 0},
+    )
+    assert placement_module.work_at_risk_hours(saves) == 0
+    assert placement_module.work_at_risk_hours(periodic) == pytest.approx(0.5)
+    # When both are placed
+    on_spot = place(saves, [v100], elapsed_hours=9.55)
+    on_demand = place(periodic, [v100], elapsed_hours=9.55)
+    # Then the job that saves at the notice (grace to do it) starts on spot; the one given no grace, which a
+    # preemption could set back 30 minutes, goes on-demand
+    assert on_spot.market.action is MarketAction.SPOT
+    assert ranked_pools(on_spot) == [v100.pool]
+    assert on_demand.market.action is MarketAction.ON_DEMAND
+    assert all(r.pool.market is Market.ON_DEMAND for r in on_demand.ranked)
+
+
+def test_a_job_that_can_no_longer_meet_its_deadline_is_placed_on_demand_at_once() -> None:
+    # Given 10 h of V100 work due at 10.05 h, relaunched 1 h after submission with nothing done (a preemption
+    # lost its work): no V100 pool, spot or on-demand, can finish in time any more
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 10.05}, resources={"gpus": 1, "gpu_models": ["V100"]})
+    v100 = quote("p3.2xlarge", ZONE_A, 0.90)
+    # When it is placed
+    placement = place(spec, [v100], elapsed_hours=1.0)
+    # Then no pool is rejected for the deadline (waiting would only fail it after max_wait_hours): it finishes as
+    # soon as it can, on on-demand
+    assert placement.deadline_lost
+    assert "can no longer be met" in placement.market.reason
+    assert placement.market.action is MarketAction.ON_DEMAND
+    assert placement.best is not None
+    assert placement.best.pool.market is Market.ON_DEMAND
+    assert placement.best.pool.instance_type.startswith("p3.")
+    assert "deadline" not in {r.category for r in placement.rejected}
+
+
+def test_a_deadline_a_faster_type_can_still_meet_is_not_lost() -> None:
+    # Given the same job accepting any GPU: a faster on-demand type still finishes in the 9.05 h left
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 10.05})
+    v100 = quote("p3.2xlarge", ZONE_A, 0.90)
+    placement = place(spec, [v100], elapsed_hours=1.0)
+    # Then the deadline stands: the V100 pool is rejected for it, and only types that finish in time are ranked
+    assert not placement.deadline_lost
+    assert rejection_of(placement, v100.pool)[0] == "deadline"
+    assert all(r.run_hours + 0.1 <= 9.05 for r in placement.ranked)

@@ -7,7 +7,17 @@ from typing import Any
 
 import pytest
 
-from spotrelay.models import Attempt, AttemptOutcome, Job, JobSpec, Market, Pool, PriceQuote, parse_job_spec
+from spotrelay.models import (
+    Attempt,
+    AttemptOutcome,
+    Job,
+    JobSpec,
+    Market,
+    PlannedPool,
+    Pool,
+    PriceQuote,
+    parse_job_spec,
+)
 from spotrelay.policy import (
     STRATEGIES,
     AttemptEnded,
@@ -332,3 +342,76 @@ def test_eager_next_pool_relaunch_moves_the_job_to_the_next_cheapest_pool() -> N
     later = place(spec, quotes, blocked=active_blocks(action.block, LOST_AT + timedelta(minutes=61)))
     assert later.best is not None
     assert later.best.pool == POOL
+
+
+# --- the only spot pool ------------------------------------------------------------------------------
+
+
+def planned(*pools: Pool) -> tuple[PlannedPool, ...]:
+    return tuple(PlannedPool(pool=p, hourly_price=0.3, relative_speed=1.0) for p in pools)
+
+
+ON_DEMAND_POOL = Pool(instance_type="g6.xlarge", availability_zone="us-east-1b", market=Market.ON_DEMAND)
+
+
+@pytest.mark.parametrize(
+    ("plan", "blocked"),
+    [
+        pytest.param((POOL,), False, id="only-pool"),
+        pytest.param((POOL, ON_DEMAND_POOL), False, id="only-spot-pool"),
+        pytest.param((POOL, OTHER_POOL), True, id="another-spot-pool"),
+        pytest.param((), True, id="no-placement-recorded"),
+    ],
+)
+def test_eager_next_pool_blocks_the_lost_pool_only_when_placement_offered_another_spot_pool(
+    plan: tuple[Pool, ...], blocked: bool
+) -> None:
+    # Given a job whose last placement ranked `plan`
+    job = make_job(job_spec()).model_copy(update={"placement": planned(*plan)})
+    # When it is interrupted in POOL
+    action = EagerNextPool().decide(job, [attempt(1, POOL, None)], ended(EndKind.SPOT_INTERRUPTED))
+    # Then the pool is blocked only if there is another spot pool to go to; either way it relaunches now
+    assert isinstance(action, Relaunch)
+    assert action.counts_interruption
+    assert [b.pool for b in action.block] == ([POOL] if blocked else [])
+    if not blocked:
+        assert "only spot pool" in action.reason
+
+
+def test_same_pool_first_does_not_block_the_only_spot_pool_when_lost_there_twice() -> None:
+    # Given a job with one spot pool, lost there on two attempts in a row
+    job = make_job(job_spec(recovery="same-pool-first"), interruptions=1, attempts=2).model_copy(
+        update={"placement": planned(POOL)}
+    )
+    attempts = [attempt(1, POOL, AttemptOutcome.INTERRUPTED), attempt(2, POOL, AttemptOutcome.INTERRUPTED)]
+    # When recovery decides
+    action = SamePoolFirst().decide(job, attempts, ended(EndKind.SPOT_INTERRUPTED, attempt=2))
+    # Then the pool is not blocked (there is nowhere else to go), and the interruption counts
+    assert isinstance(action, Relaunch)
+    assert action.block == ()
+    assert action.counts_interruption
+
+
+def test_a_single_zone_job_is_placed_back_on_its_pool_right_after_a_loss() -> None:
+    # Given a job whose only spot pool is POOL, interrupted there
+    spec = job_spec(work_hours=10)
+    quotes = [PriceQuote(pool=POOL, usd_per_hour=0.30)]
+    first = place(spec, quotes)
+    job = make_job(spec).model_copy(
+        update={
+            "placement": tuple(
+                PlannedPool(pool=r.pool, hourly_price=r.hourly_price, relative_speed=r.relative_speed)
+                for r in first.ranked
+            )
+        }
+    )
+    action = decide_recovery(job, [attempt(1, POOL, None)], ended(EndKind.SPOT_INTERRUPTED))
+    assert isinstance(action, Relaunch)
+    # When it is placed again 10 minutes later
+    again = place(spec, quotes, blocked=active_blocks(action.block, LOST_AT + timedelta(minutes=10)))
+    # Then its pool is ranked again (Launch finds out whether capacity is back)
+    assert ranked_first(again) == POOL
+
+
+def ranked_first(placement: Any) -> Pool | None:
+    return None if placement.best is None else placement.best.pool
