@@ -7,7 +7,7 @@ adapters (conditional writes, idempotency, "gone" is not an error), and fault in
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -46,6 +46,9 @@ class FakeJobStore(FaultInjection):
         super().__init__()
         self.jobs: dict[str, tuple[Job, int]] = {}
         self.attempt_records: dict[tuple[str, int], Attempt] = {}
+        self.attempt_versions: dict[tuple[str, int], int] = {}
+        # Called once each, in order, right after a versioned read (a read-modify-write's read): a concurrent writer.
+        self.after_attempt_read: list[Callable[[], None]] = []
         self.instance_refs: dict[str, InstanceRef] = {}
         self.blocks: dict[tuple[str, Market], BlockedPool] = {}
         self.pool_stats: dict[str, PoolObservation] = {}
@@ -87,15 +90,29 @@ class FakeJobStore(FaultInjection):
             if job.state is not JobState.QUEUED and not job.state.is_terminal
         ]
 
-    def put_attempt(self, attempt: Attempt) -> None:
+    def put_attempt(self, attempt: Attempt, expected_version: int | None = None) -> int:
         self._maybe_fail("put_attempt")
-        self.attempt_records[(attempt.job_id, attempt.attempt)] = attempt.model_copy(deep=True)
+        key = (attempt.job_id, attempt.attempt)
+        current = self.attempt_versions.get(key, 0)
+        if expected_version is not None and current != expected_version:
+            raise ConflictError(f"attempt {attempt.attempt} of job {attempt.job_id} is no longer at {expected_version}")
+        self.attempt_records[key] = attempt.model_copy(deep=True)
+        self.attempt_versions[key] = current + 1
+        return current + 1
 
     def get_attempt(self, job_id: str, attempt: int) -> Attempt:
         self._maybe_fail("get_attempt")
         if (job_id, attempt) not in self.attempt_records:
             raise NotFoundError(f"attempt {attempt} of job {job_id}")
         return self.attempt_records[(job_id, attempt)].model_copy(deep=True)
+
+    def get_attempt_versioned(self, job_id: str, attempt: int) -> tuple[Attempt, int]:
+        read = self.get_attempt(job_id, attempt)
+        version = self.attempt_versions.get((job_id, attempt), 0)
+        hook = self.after_attempt_read.pop(0) if self.after_attempt_read else None
+        if hook is not None:  # a concurrent writer, between this read and the caller's write
+            hook()
+        return read, version
 
     def attempts(self, job_id: str) -> list[Attempt]:
         self._maybe_fail("attempts")

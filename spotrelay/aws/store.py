@@ -169,21 +169,44 @@ class DynamoJobStore:
 
     # --- attempts -----------------------------------------------------------------------------------
 
-    def put_attempt(self, attempt: Attempt) -> None:
-        self.client.put_item(
-            TableName=self.table_name,
-            Item={
-                "pk": _s(job_key(attempt.job_id)),
-                "sk": _s(attempt_sort_key(attempt.attempt)),
-                "record": _s(attempt.model_dump_json()),
-            },
-        )
+    def put_attempt(self, attempt: Attempt, expected_version: int | None = None) -> int:
+        # UpdateItem with ADD bumps the version atomically, so even an unconditional write moves it and a
+        # conditional writer that read before it loses and reads again.
+        values: dict[str, AttributeValueTypeDef] = {":r": _s(attempt.model_dump_json()), ":one": _n(1)}
+        condition: dict[str, str] = {}
+        if expected_version is not None:
+            if expected_version == 0:
+                condition["ConditionExpression"] = "attribute_not_exists(#v)"
+            else:
+                condition["ConditionExpression"] = "#v = :expected"
+                values[":expected"] = _n(expected_version)
+        try:
+            answer = self.client.update_item(
+                TableName=self.table_name,
+                Key={"pk": _s(job_key(attempt.job_id)), "sk": _s(attempt_sort_key(attempt.attempt))},
+                UpdateExpression="SET #r = :r ADD #v :one",
+                ExpressionAttributeNames={"#r": "record", "#v": "version"},
+                ExpressionAttributeValues=values,
+                ReturnValues="UPDATED_NEW",
+                **condition,  # type: ignore[arg-type]
+            )
+        except ClientError as e:
+            if _is_condition_failure(e):
+                raise ConflictError(
+                    f"attempt {attempt.attempt} of job {attempt.job_id} is no longer at version {expected_version}"
+                ) from None
+            raise
+        return int(answer["Attributes"]["version"]["N"])
 
     def get_attempt(self, job_id: str, attempt: int) -> Attempt:
+        return self.get_attempt_versioned(job_id, attempt)[0]
+
+    def get_attempt_versioned(self, job_id: str, attempt: int) -> tuple[Attempt, int]:
         item = self._get(job_key(job_id), attempt_sort_key(attempt))
         if item is None:
             raise NotFoundError(f"attempt {attempt} of job {job_id}")
-        return Attempt.model_validate_json(item["record"]["S"])
+        version = int(item["version"]["N"]) if "version" in item else 0
+        return Attempt.model_validate_json(item["record"]["S"]), version
 
     def attempts(self, job_id: str) -> list[Attempt]:
         pages = self.client.get_paginator("query").paginate(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.config import ERROR_CANCELLED
-from spotrelay.control.jobs import update_job
+from spotrelay.control.jobs import update_attempt, update_job
 from spotrelay.control.lifecycle import account, close_attempt
 from spotrelay.control.ports import Clock, Compute, JobStore, Wakeup, Workflow
 from spotrelay.models import AttemptOutcome, Job, JobState, ensure_transition
@@ -45,8 +45,12 @@ def cancel_job(
                 terminated.append(attempt.instance_id)
             if attempt.task_token is not None:
                 tokens.append(attempt.task_token)
-            attempt = close_attempt(attempt, AttemptOutcome.CANCELLED, now, pointer)
-            store.put_attempt(attempt)
+            attempt, _ = update_attempt(
+                store,
+                job_id,
+                attempt.attempt,
+                lambda fresh: close_attempt(fresh, AttemptOutcome.CANCELLED, now, pointer),
+            )
         ended.append(attempt)
     if terminated:
         compute.terminate(terminated)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from spotrelay.config import ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
-from spotrelay.control.jobs import update_job
+from spotrelay.control.jobs import update_attempt, update_job
 from spotrelay.control.ports import JobStore, NotFoundError, Workflow
 from spotrelay.models import Attempt, Job, JobState, ensure_transition
 from spotrelay.policy import BlockedPool
@@ -197,10 +197,17 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
         closed = not _fail_task(workflow, attempt, ERROR_SPOT_INTERRUPTED, event, detail.instance_id)
         return base.model_copy(update={"action": "interrupt", "reason": "task already closed" if closed else ""})
     if isinstance(action, NoteRebalance):
-        store.put_attempt(attempt.model_copy(update={"rebalance_at": event.time}))
+        update_attempt(
+            store, ref.job_id, ref.attempt, lambda fresh: fresh.model_copy(update={"rebalance_at": event.time})
+        )
         return base.model_copy(update={"action": "rebalance"})
     if isinstance(action, MarkRunning):
-        store.put_attempt(attempt.model_copy(update={"running_at": event.time}))
+        update_attempt(
+            store,
+            ref.job_id,
+            ref.attempt,
+            lambda fresh: fresh.model_copy(update={"running_at": event.time}) if fresh.outcome is None else None,
+        )
         update_job(store, ref.job_id, _running(ref.attempt, event.time))
         return base.model_copy(update={"action": "running"})
     closed = not _fail_task(workflow, attempt, ERROR_INSTANCE_LOST, event, detail.instance_id)
@@ -211,8 +218,16 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
 
 def _interrupt(attempt: Attempt, at: datetime, *, first: bool, store: JobStore, block_minutes: float | None) -> None:
     if first:
-        store.put_attempt(attempt.model_copy(update={"interrupted_at": at}))
-        store.record_pool_usage(attempt.pool, 0.0, 1)
+        # The first warning to be recorded counts the interruption (a duplicate delivered concurrently
+        # finds the field set on its fresh read and counts nothing).
+        _, marked = update_attempt(
+            store,
+            attempt.job_id,
+            attempt.attempt,
+            lambda fresh: fresh.model_copy(update={"interrupted_at": at}) if fresh.interrupted_at is None else None,
+        )
+        if marked:
+            store.record_pool_usage(attempt.pool, 0.0, 1)
     if block_minutes is None:
         return
     store.block_pool(

@@ -1,4 +1,4 @@
-"""Read-modify-write of a job record under optimistic locking."""
+"""Read-modify-write of job and attempt records under optimistic locking."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from spotrelay.control.ports import ConflictError, JobStore
-from spotrelay.models import Job
+from spotrelay.models import Attempt, Job
 
 T = TypeVar("T")
 
@@ -34,4 +34,26 @@ def update_job(store: JobStore, job_id: str, change: Callable[[Job], T]) -> tupl
                 raise
             continue
         return copy, result
+    raise AssertionError("unreachable")
+
+
+def update_attempt(
+    store: JobStore, job_id: str, number: int, change: Callable[[Attempt], Attempt | None]
+) -> tuple[Attempt, bool]:
+    """Apply `change` to a fresh read of attempt `number` and write its result back if nobody wrote in
+    between; (the attempt as stored, whether this call changed it). `change` returns the new attempt,
+    or None (or the same) to leave it; it runs again on a fresh read when the write loses a race, so it
+    must decide from the attempt it is given. NotFoundError if the attempt does not exist."""
+    for tries_left in reversed(range(MAX_WRITE_ATTEMPTS)):
+        attempt, version = store.get_attempt_versioned(job_id, number)
+        changed = change(attempt.model_copy(deep=True))
+        if changed is None or changed == attempt:
+            return attempt, False
+        try:
+            store.put_attempt(changed, version)
+        except ConflictError:
+            if tries_left == 0:
+                raise
+            continue
+        return changed, True
     raise AssertionError("unreachable")

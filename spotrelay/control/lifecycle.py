@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from spotrelay.catalog import INSTANCE_TYPES, family_of
 from spotrelay.config import ERROR_CANCELLED, ERROR_JOB_FAILED
-from spotrelay.control.jobs import update_job
+from spotrelay.control.jobs import update_attempt, update_job
 from spotrelay.control.ports import CheckpointPointer, Clock, Compute, InstanceRef, JobStore, LaunchRefused, Wakeup
 from spotrelay.control.ports import LaunchRequest as LaunchRequestModel
 from spotrelay.models import (
@@ -212,7 +212,9 @@ def launch_step(
     # Step Functions retried with a new token. Close it and stop paying for its instance.
     stale = [a for a in attempts if a.outcome is None]
     for attempt in stale:
-        store.put_attempt(close_attempt(attempt, AttemptOutcome.LOST, now, pointer))
+        update_attempt(
+            store, job_id, attempt.attempt, lambda fresh: close_attempt(fresh, AttemptOutcome.LOST, now, pointer)
+        )
     stale_instances = [a.instance_id for a in stale if a.instance_id is not None]
     if stale_instances:
         compute.terminate(stale_instances)
@@ -340,14 +342,14 @@ def recover_step(
     ):
         return StepResult(action="wait_checkpoint", wait_seconds=FINAL_CHECKPOINT_POLL_SECONDS)
 
-    closed = close_attempt(current, kind.outcome, now, pointer)
     if current.instance_id is not None:
         compute.terminate([current.instance_id])  # a failed job's or a silent instance's: stop the bill
-    if current.outcome is None:
-        store.put_attempt(closed)
-        if current.pool.market is Market.SPOT:  # the interruption statistics are of spot pools
-            interrupted = kind.is_interruption and current.interrupted_at is None  # ec2_events counted warnings
-            store.record_pool_usage(current.pool, closed.runtime_hours(now), int(interrupted))
+    closed, closed_now = update_attempt(
+        store, job_id, current.attempt, lambda fresh: close_attempt(fresh, kind.outcome, now, pointer)
+    )
+    if closed_now and closed.pool.market is Market.SPOT:  # the interruption statistics are of spot pools
+        interrupted = kind.is_interruption and closed.interrupted_at is None  # ec2_events counted warnings
+        store.record_pool_usage(closed.pool, closed.runtime_hours(now), int(interrupted))
     ended = [closed if a.attempt == current.attempt else a for a in attempts]
     exit_code = cause.get("exit_code")
     event = AttemptEnded(
@@ -451,9 +453,10 @@ def finalize_step(
     ended: list[Attempt] = []
     for attempt in attempts:
         if attempt.outcome is None:
-            attempt = close_attempt(attempt, outcome, now, pointer)
-            store.put_attempt(attempt)
-            if attempt.pool.market is Market.SPOT:
+            attempt, closed_now = update_attempt(
+                store, job_id, attempt.attempt, lambda fresh: close_attempt(fresh, outcome, now, pointer)
+            )
+            if closed_now and attempt.pool.market is Market.SPOT:
                 store.record_pool_usage(attempt.pool, attempt.runtime_hours(now), 0)
         ended.append(attempt)
     instance_ids = [a.instance_id for a in attempts if a.instance_id is not None]

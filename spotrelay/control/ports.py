@@ -68,11 +68,17 @@ class JobStore(Protocol):
     def active_jobs(self) -> list[Job]:
         """Admitted jobs that are not in a terminal state."""
 
-    def put_attempt(self, attempt: Attempt) -> None:
-        """Insert or replace attempt (job_id, attempt)."""
+    def put_attempt(self, attempt: Attempt, expected_version: int | None = None) -> int:
+        """Insert or replace attempt (job_id, attempt); returns its new version. With `expected_version`,
+        only if the stored record is still at that version (0: none, or one written before versions),
+        else ConflictError: concurrent writers (two EC2 events of one instance, Recover and a late
+        event) go through `spotrelay.control.jobs.update_attempt` and never drop each other's fields."""
 
     def get_attempt(self, job_id: str, attempt: int) -> Attempt:
         """Raises NotFoundError."""
+
+    def get_attempt_versioned(self, job_id: str, attempt: int) -> tuple[Attempt, int]:
+        """The attempt and its version (see `put_attempt`). Raises NotFoundError."""
 
     def attempts(self, job_id: str) -> list[Attempt]:
         """All attempts of a job, in attempt order."""

@@ -18,7 +18,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST
-from spotrelay.control.jobs import update_job
+from spotrelay.control.jobs import update_attempt, update_job
 from spotrelay.control.lifecycle import account, close_attempt
 from spotrelay.control.ports import Clock, Compute, JobStore, Workflow
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, ensure_transition
@@ -111,8 +111,9 @@ def _repair(store: JobStore, compute: Compute, job_id: str, status: str, now: da
         if attempt.outcome is None:
             if attempt.instance_id is not None:
                 instance_ids.append(attempt.instance_id)
-            attempt = close_attempt(attempt, AttemptOutcome.LOST, now, pointer)
-            store.put_attempt(attempt)
+            attempt, _ = update_attempt(
+                store, job_id, attempt.attempt, lambda fresh: close_attempt(fresh, AttemptOutcome.LOST, now, pointer)
+            )
         ended.append(attempt)
     if instance_ids:
         compute.terminate(instance_ids)

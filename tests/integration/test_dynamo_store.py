@@ -183,6 +183,48 @@ def test_attempts_round_trip_in_attempt_order(job_store: JobStore) -> None:
         job_store.get_attempt("job-1", 3)
 
 
+def test_an_attempt_write_from_a_stale_read_is_a_conflict(job_store: JobStore) -> None:
+    # Given an attempt, read by two writers
+    job_store.put_attempt(attempt("job-1", 1))
+    first, version = job_store.get_attempt_versioned("job-1", 1)
+    _, same_version = job_store.get_attempt_versioned("job-1", 1)
+    assert version == same_version >= 1
+    # When the first writes its change conditionally
+    new_version = job_store.put_attempt(first.model_copy(update={"rebalance_at": T0}), version)
+    # Then the second's write from its stale read is refused, and a fresh read has the first's field
+    with pytest.raises(ConflictError):
+        job_store.put_attempt(first.model_copy(update={"interrupted_at": T0}), same_version)
+    fresh, fresh_version = job_store.get_attempt_versioned("job-1", 1)
+    assert (fresh.rebalance_at, fresh.interrupted_at, fresh_version) == (T0, None, new_version)
+    # And an unconditional write moves the version too, so a conditional writer that read before it loses
+    job_store.put_attempt(fresh.model_copy(update={"running_at": T0}))
+    with pytest.raises(ConflictError):
+        job_store.put_attempt(fresh.model_copy(update={"interrupted_at": T0}), fresh_version)
+    # And "absent" is version 0
+    created = job_store.put_attempt(attempt("job-1", 2), 0)
+    with pytest.raises(ConflictError):
+        job_store.put_attempt(attempt("job-1", 2), 0)
+    assert job_store.get_attempt_versioned("job-1", 2)[1] == created
+
+
+def test_an_attempt_written_before_versions_reads_as_version_zero(
+    store: DynamoJobStore, dynamodb: DynamoDBClient, table: str
+) -> None:
+    # Given an attempt item as the previous release wrote it (PutItem, no version attribute)
+    dynamodb.put_item(
+        TableName=table,
+        Item={
+            "pk": {"S": "JOB#job-1"},
+            "sk": {"S": "ATTEMPT#00001"},
+            "record": {"S": attempt("job-1", 1).model_dump_json()},
+        },
+    )
+    # When it is read and written back conditionally, Then version 0 stands for it
+    old, version = store.get_attempt_versioned("job-1", 1)
+    assert version == 0
+    assert store.put_attempt(old.model_copy(update={"running_at": T0}), 0) == 1
+
+
 def test_instance_refs_round_trip_and_expire_in_thirty_days(
     store: DynamoJobStore, dynamodb: DynamoDBClient, table: str, clock: FakeClock
 ) -> None:

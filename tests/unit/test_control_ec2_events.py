@@ -72,6 +72,43 @@ def test_a_warning_does_not_block_the_only_spot_pool_the_job_has(events_dir: Pat
     assert outcome.action == "interrupt"
 
 
+def test_a_warning_and_a_rebalance_handled_at_once_keep_both_marks(events_dir: Path) -> None:
+    # Given a running job, and a rebalance recommendation written by another invocation right after
+    # this one read the attempt (EventBridge delivers the two events to concurrent invocations)
+    world = World()
+    world.running()
+    warning = event(events_dir, WARNING, world)
+    rebalanced_at = warning.time - timedelta(seconds=30)
+
+    def concurrent_rebalance() -> None:
+        stale = world.store.get_attempt("train-1", 1)
+        world.store.put_attempt(stale.model_copy(update={"rebalance_at": rebalanced_at}))
+
+    world.store.after_attempt_read.append(concurrent_rebalance)
+    # When the warning is handled
+    world.handle(warning)
+    # Then the attempt keeps both: the warning's write lost the race, read again and kept the rebalance
+    assert (world.attempt().interrupted_at, world.attempt().rebalance_at) == (warning.time, rebalanced_at)
+    assert world.store.pool_observations()[CHEAPEST.offering].interruptions == 1
+
+
+def test_a_late_running_event_does_not_reopen_an_attempt_recover_closed_meanwhile(events_dir: Path) -> None:
+    # Given a launched job whose `running` state change is being handled while Recover closes the attempt
+    world = World()
+    world.launched()
+    running = event(events_dir, "instance-state-change-running.json", world)
+
+    def concurrent_recover() -> None:
+        world.recover(failure=error("InstanceLost"))
+
+    world.store.after_attempt_read.append(concurrent_recover)
+    # When the running event is handled
+    world.handle(running)
+    # Then the attempt stays closed as Recover left it
+    assert world.attempt().outcome is not None
+    assert world.attempt().running_at is None
+
+
 def test_the_same_warning_twice_fails_the_task_once_and_counts_one_interruption(events_dir: Path) -> None:
     # Given a warning already handled
     world = World()
