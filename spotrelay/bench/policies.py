@@ -293,6 +293,8 @@ class Spotrelay:
                 if pool in blocked:
                     continue
                 if not ctx.can_launch(pool, t):
+                    if pool == self.preferred:  # tried once: from now on its blocks apply (as in Launch)
+                        self.preferred = None
                     self.blocks.append(
                         BlockedPool(
                             pool=pool,

@@ -24,7 +24,6 @@ from spotrelay.control.jobs import update_attempt, update_job
 from spotrelay.control.ports import JobStore, NotFoundError, Workflow
 from spotrelay.models import Attempt, Job, JobState, ensure_transition
 from spotrelay.policy import BlockedPool
-from spotrelay.policy.recovery import has_other_spot_pool
 
 SPOT_INTERRUPTION = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
 REBALANCE = ("aws.ec2", "EC2 Instance Rebalance Recommendation")
@@ -190,10 +189,7 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
     if isinstance(action, Ignore):
         return base.model_copy(update={"reason": action.reason})
     if isinstance(action, Interrupt):
-        # The pool is blocked (for every job) unless it is this job's only spot pool: there a block would
-        # only keep the job idle while capacity comes back (spotrelay.policy.recovery's docstring).
-        block = block_minutes if has_other_spot_pool(job, attempt.pool) else None
-        _interrupt(attempt, event.time, first=action.first_notice, store=store, block_minutes=block)
+        _interrupt(attempt, event.time, first=action.first_notice, store=store, block_minutes=block_minutes)
         closed = not _fail_task(workflow, attempt, ERROR_SPOT_INTERRUPTED, event, detail.instance_id)
         return base.model_copy(update={"action": "interrupt", "reason": "task already closed" if closed else ""})
     if isinstance(action, NoteRebalance):
@@ -216,7 +212,7 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
     )
 
 
-def _interrupt(attempt: Attempt, at: datetime, *, first: bool, store: JobStore, block_minutes: float | None) -> None:
+def _interrupt(attempt: Attempt, at: datetime, *, first: bool, store: JobStore, block_minutes: float) -> None:
     if first:
         # The first warning to be recorded counts the interruption (a duplicate delivered concurrently
         # finds the field set on its fresh read and counts nothing).
@@ -228,8 +224,7 @@ def _interrupt(attempt: Attempt, at: datetime, *, first: bool, store: JobStore, 
         )
         if marked:
             store.record_pool_usage(attempt.pool, 0.0, 1)
-    if block_minutes is None:
-        return
+    # For every job (a job whose only spot pool this is is exempt: its recovery prefers the pool)
     store.block_pool(
         BlockedPool(
             pool=attempt.pool,

@@ -29,6 +29,7 @@ from spotrelay.models import (
     JobState,
     Market,
     PlannedPool,
+    Pool,
     ensure_transition,
 )
 from spotrelay.policy import (
@@ -157,7 +158,10 @@ def place_step(
                 ),
             )
         backoff = min(WAIT_BASE_SECONDS * 2**fresh.place_waits, WAIT_MAX_SECONDS)
-        wait = min(backoff, _seconds_to_safety_net(decision.market))
+        to_net = _seconds_to_safety_net(decision.market)
+        # Wake by the net while it is ahead; once it is due and still nothing can be placed (every pool
+        # blocked, over the budget or the cap), waking sooner would not help: the backoff paces Place.
+        wait = min(backoff, max(MIN_WAIT_SECONDS, to_net)) if to_net > 0 else backoff
         fresh.place_waits += 1
         fresh.waiting_since = waiting_since
         fresh.state = ensure_transition(fresh.state, JobState.WAITING)
@@ -169,13 +173,13 @@ def place_step(
 
 def _seconds_to_safety_net(market: MarketDecision) -> int:
     """How long a waiting job may sleep before Uniform Progress's safety net is due (the slack down to
-    two restart overheads and the work a preemption may lose): a job that woke later could miss a
-    deadline that was still reachable. No net (no deadline, or no on-demand to fall back on): the
-    longest wait."""
+    two restart overheads and the work a preemption may lose; <= 0: due already): a job that woke later
+    could miss a deadline that was still reachable. No net (no deadline, or no on-demand to fall back
+    on): the longest wait."""
     hours = market.hours_to_safety_net
     if hours is None:
         return WAIT_MAX_SECONDS
-    return max(MIN_WAIT_SECONDS, math.ceil(hours * 3600))
+    return math.ceil(hours * 3600)
 
 
 # -------------------------------------------------------------------------------------------- Launch
@@ -239,6 +243,10 @@ def launch_step(
             instance_id = compute.launch(request)
         except LaunchRefused as refused:
             refusals.append(f"{pool}: {refused.code}")
+            if pool == job.preferred_pool:
+                # Tried once: from now on the pool's blocks apply to this job too, or Place and Launch
+                # would go round the refused pool without a pause (Launch -> Place has no Wait).
+                update_job(store, job_id, _forget_preference(pool, now))
             store.block_pool(
                 BlockedPool(
                     pool=pool,
@@ -264,6 +272,15 @@ def launch_step(
         return _launched(attempt)
     tried = "; ".join(refusals) or "no ranked pool is usable now (blocked, or no subnet in its zone)"
     raise InsufficientInstanceCapacity(f"every ranked pool refused: {tried}")
+
+
+def _forget_preference(pool: Pool, now: datetime) -> Callable[[Job], None]:
+    def change(job: Job) -> None:
+        if job.preferred_pool == pool:
+            job.preferred_pool = None
+            job.updated_at = now
+
+    return change
 
 
 def _count_attempt(number: int, now: datetime) -> Callable[[Job], None]:

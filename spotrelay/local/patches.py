@@ -54,7 +54,9 @@ Executions left behind
   heartbeat timeout ends, and would run its next states under these patches, against whatever is
   mocked now (its Lambda calls reach the functions of the same name; its waits take the new clock's
   baton from the process that holds it). `install` stops every such execution first (found through
-  `gc`, `ExecutionWorker.stop`): a stopped execution runs no further state.
+  `gc`, `ExecutionWorker.stop`): a stopped execution runs no further state. It cannot tell a leftover
+  from an execution of a plain moto mock still in use in the same process, so a local runtime is not
+  to be started inside another live mock (none of spotrelay's commands or tests does).
 
 `check_moto()` compares each patched attribute's signature (and, where the patch depends on a line
 of moto's body, that line) with what this module was written against; `install` refuses to run on

@@ -203,6 +203,9 @@ def place(
             )
         return misfits[type_name]
 
+    def within_cap(price: float) -> bool:
+        return cap is None or price <= cap
+
     latest = sorted(latest_quotes(quotes).items(), key=lambda item: _pool_order(item[0]))
     on_demand_types = [
         itype for name in sorted(od_prices) if (itype := INSTANCE_TYPES.get(name)) is not None and misfit(name) is None
@@ -211,10 +214,15 @@ def place(
     # came too late): rejecting every pool for it would leave the job waiting until `max_wait_hours`
     # fails it. It is late whatever happens now, so no pool is rejected for the deadline and the market
     # choice's safety net puts it on on-demand: finished as soon as possible, the least late it can be.
+    # Only types the job could get at all count: a spot quote or (with on_demand_fallback) an on-demand
+    # price within max_price_per_hour.
+    usable_names = {
+        pool.instance_type for pool, quote in latest if pool.market is Market.SPOT and within_cap(quote.usd_per_hour)
+    }
+    if spec.limits.on_demand_fallback:
+        usable_names |= {t.name for t in on_demand_types if within_cap(od_prices[t.name])}
     candidate_types = [
-        itype
-        for name in {pool.instance_type for pool, _ in latest} | {t.name for t in on_demand_types}
-        if (itype := INSTANCE_TYPES.get(name)) is not None and misfit(name) is None
+        itype for name in usable_names if (itype := INSTANCE_TYPES.get(name)) is not None and misfit(name) is None
     ]
     deadline_lost = (
         time_left is not None
@@ -314,16 +322,29 @@ def place(
     if decision.action is MarketAction.SPOT:
         ranked.extend(spot)
     elif decision.action is MarketAction.ON_DEMAND:
-        for r in spot:
-            rejected.append(
-                Rejection(pool=r.pool, reason=f"market is on-demand now: {decision.reason}", category="market")
-            )
+        on_demand: list[RankedPool] = []
         for itype in on_demand_types:
             for zone in sorted(all_zones):
                 pool = Pool(instance_type=itype.name, availability_zone=zone, market=Market.ON_DEMAND)
                 candidate = consider(pool, od_prices[itype.name])
                 if candidate is not None:
-                    ranked.append(candidate)
+                    on_demand.append(candidate)
+        if on_demand or not spot:
+            ranked.extend(on_demand)
+            for r in spot:
+                rejected.append(
+                    Rejection(pool=r.pool, reason=f"market is on-demand now: {decision.reason}", category="market")
+                )
+        else:
+            # On-demand is the safe choice, but no on-demand pool is usable (blocked, over the budget or
+            # the cap): spot is better than waiting for nothing.
+            ranked.extend(spot)
+            decision = decision.model_copy(
+                update={
+                    "action": MarketAction.SPOT,
+                    "reason": f"{decision.reason}; no on-demand pool is usable: spot instead",
+                }
+            )
 
     key = (
         (lambda r: (r.hourly_price, *_pool_order(r.pool)))

@@ -11,9 +11,10 @@ pool — a job confined to one zone and type, as in the Can't Be Late setting: t
 the job idle while the pool's capacity comes back (on the Can't Be Late traces outages last a median
 20-40 minutes, less than the default 60-minute block), and a waiting job with a deadline drifts into
 the safety net and runs on on-demand to the end. So neither strategy blocks the only spot pool a job
-has; a relaunch there while it still has no capacity is refused, and Launch blocks it for a few
-minutes then (`spotrelay.control.lifecycle.REFUSED_POOL_BLOCK_MINUTES`), which paces the retries. A
-job with no recorded placement (none yet, or an older record) is blocked as before.
+has: it prefers it (`Relaunch.prefer`), which exempts the job from that pool's blocks (the blocks are
+per pool, for every job: the interruption warning's and a refused launch's stay in force for the
+others); a relaunch there while it still has no capacity is refused, and the Wait state's backoff paces
+the retries. A job with no recorded placement (none yet, or an older record) is blocked as before.
 """
 
 from __future__ import annotations
@@ -135,6 +136,16 @@ def has_other_spot_pool(job: Job, pool: Pool) -> bool:
     return any(p.pool != pool and p.pool.market is Market.SPOT for p in job.placement)
 
 
+def _only_pool(event: AttemptEnded) -> Relaunch:
+    """The lost pool is the only spot pool the job had: no block of the job's own, and the job is exempt
+    from the pool's blocks (the warning's, a refused launch's), as a preferred pool is."""
+    return Relaunch(
+        reason=f"{event.kind} in {event.pool}, the only spot pool placement offered: back to it when it has capacity",
+        prefer=event.pool,
+        counts_interruption=event.kind.is_interruption,
+    )
+
+
 def _block(job: Job, event: AttemptEnded) -> BlockedPool:
     minutes = job.spec.recovery.block_minutes
     return BlockedPool(
@@ -162,10 +173,7 @@ class EagerNextPool:
         if event.kind is EndKind.JOB_FAILED:
             return _restart_same_code(event)
         if not has_other_spot_pool(job, event.pool):
-            return Relaunch(
-                reason=f"{event.kind} in {event.pool}, the only spot pool placement offered: not blocked",
-                counts_interruption=event.kind.is_interruption,
-            )
+            return _only_pool(event)
         return Relaunch(
             reason=f"{event.kind} in {event.pool}: block it, take the next best pool",
             block=(_block(job, event),),
@@ -193,10 +201,7 @@ class SamePoolFirst:
             and previous.outcome in {AttemptOutcome.INTERRUPTED, AttemptOutcome.LOST}
         )
         if (event.kind.is_launch_failure or lost_here_before) and not has_other_spot_pool(job, event.pool):
-            return Relaunch(
-                reason=f"{event.kind} in {event.pool}, the only spot pool placement offered: not blocked",
-                counts_interruption=event.kind.is_interruption,
-            )
+            return _only_pool(event)
         if event.kind.is_launch_failure or lost_here_before:
             why = "no capacity there" if event.kind.is_launch_failure else "lost there twice in a row"
             return Relaunch(

@@ -53,7 +53,7 @@ def test_an_interruption_warning_marks_the_attempt_blocks_the_pool_and_fails_the
     assert (outcome.action, outcome.job_id, outcome.attempt, outcome.reason) == ("interrupt", "train-1", 1, "")
 
 
-def test_a_warning_does_not_block_the_only_spot_pool_the_job_has(events_dir: Path) -> None:
+def test_the_only_spot_pool_of_a_job_is_blocked_for_others_but_not_for_it(events_dir: Path) -> None:
     # Given a job running on the only spot pool its placement offered (confined to one zone and type)
     world = World()
     world.running()
@@ -62,14 +62,17 @@ def test_a_warning_does_not_block_the_only_spot_pool_the_job_has(events_dir: Pat
     assert CHEAPEST in {p.pool for p in only}
     world.store.put_job(job.model_copy(update={"placement": only}), version)
     warning = event(events_dir, WARNING, world)
-    # When the two-minute warning arrives
-    outcome = world.handle(warning)
-    # Then the attempt is interrupted and its task failed, but the pool is not blocked: a block would only
-    # keep the job idle while the pool's capacity comes back
-    assert world.attempt().interrupted_at == warning.time
-    assert blocked_at(world, warning) == {}
-    assert [r.error for r in world.workflow.task_results] == ["SpotInterrupted"]
-    assert outcome.action == "interrupt"
+    # When the two-minute warning arrives and Recover runs after the final checkpoint
+    world.handle(warning)
+    world.checkpoint(attempt=1, seq=1, work_done_hours=0.5, final=True)
+    recovered = world.recover()
+    # Then the pool is blocked for every other job, but this job prefers it: a block would only keep it
+    # idle while the pool's capacity comes back; its next placement may use the pool
+    assert CHEAPEST in blocked_at(world, warning)
+    assert recovered.action == "relaunch"
+    assert world.job().preferred_pool == CHEAPEST
+    assert world.place().action == "launch"
+    assert world.job().placement[0].pool == CHEAPEST
 
 
 def test_a_warning_and_a_rebalance_handled_at_once_keep_both_marks(events_dir: Path) -> None:

@@ -108,6 +108,25 @@ def test_a_job_that_saves_only_periodically_wakes_before_the_net_that_keeps_its_
     assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
 
 
+def test_a_job_past_its_net_with_nothing_placeable_waits_the_backoff_not_a_second() -> None:
+    # Given the 2 h L4 job already inside its safety net (0.19 h of slack, the net keeps 0.2 h), no spot
+    # anywhere and every on-demand pool over its budget
+    world = World()
+    world.compute.prices.clear()
+    world.admitted(
+        work_hours=2,
+        resources={"gpus": 1, "gpu_models": ["L4"]},
+        limits={"deadline_hours": 2.0661 + 0.19, "max_total_cost": 0.5},
+    )
+    # When Place finds nothing, twice
+    first = world.place()
+    world.advance(seconds=first.wait_seconds)
+    second = world.place()
+    # Then it waits the backoff (one minute, then two), not a second at a time: the net is due already,
+    # and waking sooner would not make a pool usable
+    assert [(r.action, r.wait_seconds) for r in (first, second)] == [("wait", 60), ("wait", 120)]
+
+
 def test_place_fails_with_no_capacity_once_the_job_has_waited_max_wait_hours() -> None:
     # Given a job with one hour of patience that has found no pool since T0
     world = World()
@@ -261,6 +280,23 @@ def test_launch_skips_a_pool_blocked_after_place_planned_it() -> None:
     # Then it launches in the next planned pool
     assert [r.pool for r in world.compute.launches] == [SECOND]
     assert world.attempt().pool == SECOND
+
+
+def test_a_refused_preferred_pool_is_no_longer_exempt_from_its_block() -> None:
+    # Given a placed job that prefers the cheapest pool (recovery sent it back there) and no capacity anywhere
+    world = World()
+    world.admitted()
+    job, version = world.store.get_job("train-1")
+    world.store.put_job(job.model_copy(update={"preferred_pool": CHEAPEST}), version)
+    world.place()
+    for pool in (CHEAPEST, SECOND, THIRD):
+        world.compute.refuse[pool] = "InsufficientInstanceCapacity"
+    # When Launch is refused everywhere, Then the preference is spent and the next Place waits instead of
+    # ranking the refused pool again (Launch -> Place has no Wait: that would go round without a pause)
+    with pytest.raises(InsufficientInstanceCapacity):
+        world.launch()
+    assert world.job().preferred_pool is None
+    assert world.place().action == "wait"
 
 
 def test_launch_raises_insufficient_capacity_when_every_pool_refuses_and_place_then_waits() -> None:

@@ -460,15 +460,56 @@ def test_with_on_demand_fallback_off_the_job_stays_on_spot_near_the_deadline() -
 
 
 def test_with_on_demand_fallback_off_and_no_spot_pool_the_job_waits() -> None:
-    # Given a job that is behind schedule and has no feasible spot pool, with on-demand not allowed
-    spec = job_spec(work_hours=10, limits={"deadline_hours": 12, "on_demand_fallback": False})
+    # Given a job with time to spare whose only spot pool is blocked now, with on-demand not allowed
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 24, "on_demand_fallback": False})
+    blocked = Pool(instance_type="g6.xlarge", availability_zone=ZONE_A)
     quotes = [quote("g6.xlarge", ZONE_A, 0.30)]
-    # When placed late
-    placement = place(spec, quotes, elapsed_hours=8.4)
+    # When placed
+    placement = place(spec, quotes, elapsed_hours=2, blocked=[blocked])
     # Then it waits: nothing is ranked, and nothing is on-demand
     assert placement.market.action is MarketAction.WAIT
     assert placement.ranked == ()
     assert placement.best is None
+    assert not placement.deadline_lost
+
+
+def test_a_deadline_no_usable_pool_can_meet_runs_on_spot_when_on_demand_is_not_allowed() -> None:
+    # Given a job behind schedule whose only usable pool (spot; on-demand not allowed) can no longer
+    # finish in time: 10 h of work on an L4, 3.6 h left
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 12, "on_demand_fallback": False})
+    quotes = [quote("g6.xlarge", ZONE_A, 0.30)]
+    # When placed, Then it is late whatever it does: it runs on spot now, and says the deadline is lost
+    placement = place(spec, quotes, elapsed_hours=8.4)
+    assert placement.deadline_lost
+    assert [r.pool.offering for r in placement.ranked] == [f"g6.xlarge:{ZONE_A}"]
+    assert "the deadline can no longer be met" in placement.market.reason
+
+
+def test_a_deadline_lost_ignores_types_above_the_price_cap() -> None:
+    # Given a V100 job with a cap that leaves out every faster type: only p3 fits under $4/h, and it can
+    # no longer finish in time (an H100 could, at $6.88/h on-demand, above the cap)
+    spec = job_spec(
+        work_hours=10,
+        resources={"gpus": 1, "gpu_models": ["V100", "H100"]},
+        limits={"deadline_hours": 10.05, "max_price_per_hour": 4.0},
+    )
+    quotes = [quote("p3.2xlarge", ZONE_A, 0.90)]
+    # When placed an hour in, Then the deadline counts as lost (no usable pool can meet it): the job is
+    # placed, not left waiting for a pool it may not use
+    placement = place(spec, quotes, elapsed_hours=1.0)
+    assert placement.deadline_lost
+    assert placement.best is not None
+    assert placement.best.pool.instance_type == "p3.2xlarge"
+
+
+def test_when_no_on_demand_pool_is_usable_the_safety_net_takes_spot() -> None:
+    # Given a job at its safety net whose on-demand pools are all over the budget left, spot within it
+    spec = job_spec(work_hours=10, resources={"gpus": 1, "gpu_models": ["V100"]}, limits={"deadline_hours": 10.5})
+    quotes = [quote("p3.2xlarge", ZONE_A, 0.90)]
+    placement = place(spec, quotes, elapsed_hours=0.35, budget_left_usd=20.0)
+    # Then spot is ranked rather than nothing: waiting for an unusable on-demand pool helps no one
+    assert [r.pool.market for r in placement.ranked] == [Market.SPOT]
+    assert "no on-demand pool is usable: spot instead" in placement.market.reason
 
 
 # --- explaining --------------------------------------------------------------------------------------
