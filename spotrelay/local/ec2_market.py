@@ -163,6 +163,14 @@ def _parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
+# The same ClientToken with other parameters (RunInstances and CreateFleet alike)
+IDEMPOTENT_PARAMETER_MISMATCH = Ec2Error(
+    "IdempotentParameterMismatch",
+    "The client token you have provided is associated with a request that had different parameters.",
+    400,
+)
+
+
 def insufficient_capacity(pool: Pool) -> Ec2Error:
     return Ec2Error(
         "InsufficientInstanceCapacity",
@@ -430,12 +438,7 @@ class Ec2Market:
             if key is not None and key in self._by_token:
                 reservation, seen = self._by_token[key]
                 if seen != fingerprint:
-                    return Ec2Error(
-                        "IdempotentParameterMismatch",
-                        "The client token you have provided is associated with a request that had different "
-                        "parameters.",
-                        400,
-                    ).response()
+                    return IDEMPOTENT_PARAMETER_MISMATCH.response()
                 return ActionResult(reservation)
             now = self.clock.now()
             error = self.refusal(pool, max_price)
@@ -507,12 +510,7 @@ class Ec2Market:
             if key is not None and key in self._fleets_by_token:
                 answered, seen = self._fleets_by_token[key]
                 if seen != fingerprint:
-                    return Ec2Error(
-                        "IdempotentParameterMismatch",
-                        "The client token you have provided is associated with a request that had different "
-                        "parameters.",
-                        400,
-                    ).response()
+                    return IDEMPOTENT_PARAMETER_MISMATCH.response()
                 return ActionResult(copy.deepcopy(answered))
             answer = self._launch_fleet(response, token)
             if isinstance(answer, Ec2Error):

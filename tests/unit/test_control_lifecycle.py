@@ -63,12 +63,30 @@ def test_place_backs_off_doubling_the_wait_up_to_fifteen_minutes() -> None:
     assert waits == [60, 120, 240, 480, 900, 900, 900]
 
 
-def test_a_waiting_job_wakes_no_later_than_the_deadline_safety_net() -> None:
-    # Given a 2 h job on L4s due in 2.2939 h, no spot anywhere: on-demand g6.xlarge needs 2/0.968 = 2.0661 h,
-    # so the safety net (slack < 2 x 0.1 h restart overhead) is due 100 s from now
+@pytest.mark.parametrize(
+    ("checkpoint", "net_margin_hours"),
+    [
+        # the safety net keeps 2 x 0.1 h restart overhead of slack
+        ({"interval_minutes": 15, "grace_seconds": 90}, 0.2),
+        # a job given no grace at the notice (it saves every 15 min on its own) may lose 0.25 h of work at a
+        # preemption, which the net keeps on top: it is due at 0.45 h of slack, not 0.2 h (~15 min later)
+        ({"interval_minutes": 15, "grace_seconds": 0}, 0.45),
+    ],
+    ids=["saves-at-the-notice", "saves-only-periodically"],
+)
+def test_a_waiting_job_wakes_no_later_than_the_deadline_safety_net(
+    checkpoint: dict[str, int], net_margin_hours: float
+) -> None:
+    # Given a 2 h job on L4s, no spot anywhere: on-demand g6.xlarge needs 2/0.968 = 2.0661 h, and the
+    # deadline puts the job's safety net 100 s from now
     world = World()
     world.compute.prices.clear()
-    world.admitted(work_hours=2, resources={"gpus": 1, "gpu_models": ["L4"]}, limits={"deadline_hours": 2.2939})
+    world.admitted(
+        work_hours=2,
+        resources={"gpus": 1, "gpu_models": ["L4"]},
+        limits={"deadline_hours": 2.0661 + net_margin_hours + 100 / 3600},
+        checkpoint=checkpoint,
+    )
     # When Place finds nothing and the job waits, twice
     first = world.place()
     world.advance(seconds=first.wait_seconds)
@@ -78,31 +96,6 @@ def test_a_waiting_job_wakes_no_later_than_the_deadline_safety_net() -> None:
     assert second.action == "wait"
     assert 38 <= second.wait_seconds <= 41
     # And when the job wakes at the net, it is placed on on-demand in time
-    world.advance(seconds=second.wait_seconds)
-    assert world.place().action == "launch"
-    assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
-
-
-def test_a_job_that_saves_only_periodically_wakes_before_the_net_that_keeps_its_work_at_risk() -> None:
-    # Given the same 2 h L4 job, but given no grace at the notice (it saves every 15 min on its own): a
-    # preemption may lose 0.25 h of work, which the net keeps on top of 2 x 0.1 h, so the net is due when
-    # the slack is 0.45 h, 100 s from now (on-demand g6.xlarge needs 2.0661 h)
-    world = World()
-    world.compute.prices.clear()
-    world.admitted(
-        work_hours=2,
-        resources={"gpus": 1, "gpu_models": ["L4"]},
-        limits={"deadline_hours": 2.0661 + 0.45 + 100 / 3600},
-        checkpoint={"interval_minutes": 15, "grace_seconds": 0},
-    )
-    # When Place finds nothing and the job waits, twice
-    first = world.place()
-    world.advance(seconds=first.wait_seconds)
-    second = world.place()
-    # Then the second wait ends at the wider net (~40 s), not two restarts before the deadline (~20 min)
-    assert (first.action, first.wait_seconds) == ("wait", 60)
-    assert second.action == "wait"
-    assert 38 <= second.wait_seconds <= 41
     world.advance(seconds=second.wait_seconds)
     assert world.place().action == "launch"
     assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
