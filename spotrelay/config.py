@@ -24,6 +24,7 @@ METRICS_NAMESPACE = "spotrelay"
 
 # Error names the JobLifecycle state machine catches (Lambda errors and task-token failures).
 ERROR_SPOT_INTERRUPTED = "SpotInterrupted"
+ERROR_MIGRATING = "Migrating"  # the agent checkpointed and handed the job back at the control plane's request
 ERROR_INSTANCE_LOST = "InstanceLost"
 ERROR_JOB_FAILED = "JobFailed"
 ERROR_NO_CAPACITY = "InsufficientInstanceCapacity"  # every ranked pool refused us: back to Place
@@ -113,7 +114,10 @@ class FinalizeSettings(TableSettings):
     dispatcher_function: str = Field(alias=ENV_DISPATCHER_FUNCTION, min_length=1)
 
 
-class ReconcileSettings(TableSettings):
+class ReconcileSettings(LaunchSettings):
+    """Reconcile also moves jobs running on on-demand back to spot, launching their spot standby first:
+    Launch's settings, and its own."""
+
     state_machine_arn: str = Field(alias=ENV_STATE_MACHINE_ARN, min_length=1)
     heartbeat_seconds: int = Field(alias=ENV_HEARTBEAT_SECONDS, ge=60)
 

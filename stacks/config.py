@@ -88,7 +88,9 @@ class SpotRelayConfig(BaseModel):
         pattern=r"^arn:(aws|aws-cn|aws-us-gov|\$\{AWS::Partition\}):lambda:([a-z0-9-]+|\$\{AWS::Region\}):\d{12}:layer:[A-Za-z0-9_-]+:\d+$",
     )
     heartbeat_seconds: int = Field(default=900, ge=60)
-    block_minutes: int = Field(default=60, ge=1)
+    # An interruption warning keeps its pool out for every job this long: Karpenter marks an interrupted
+    # offering unavailable for its ICE-cache TTL, 3 min (aws/karpenter-provider-aws pkg/cache).
+    block_minutes: int = Field(default=3, ge=1)
     worker_ami_ssm_parameter: str = Field(default=DEFAULT_WORKER_AMI_SSM_PARAMETER, pattern=r"^/[A-Za-z0-9_./-]+$")
     worker_root_volume_gib: int = Field(default=200, ge=100, le=16384)
 

@@ -1,7 +1,8 @@
 """Least-privilege permissions of the eight functions, one policy per concern.
 
 - Every function: read/write its items in the table and the `gsi1` index (named actions, exact ARNs).
-- launch: `ec2:RunInstances`/`ec2:CreateFleet` of an *instance* only for the allowed GPU families
+- launch, and reconcile (the spot standby it starts before moving a job off on-demand):
+  `ec2:RunInstances`/`ec2:CreateFleet` of an *instance* only for the allowed GPU families
   (`ec2:InstanceType` like `g5.*`) and only when the request tags it `spotrelay:managed=true`; the
   other resources of a launch are this stack's launch template, worker security group, subnets and
   AMI by exact ARN, plus the new volumes, network interfaces, spot requests and fleets (ids that do
@@ -56,6 +57,7 @@ EC2_READ_ACTIONS = (
 LAUNCH_ACTIONS = ("ec2:RunInstances", "ec2:CreateFleet")
 EC2_READERS = ("place", "launch", "ec2_events", "finalize", "reconcile", "cancel")
 TERMINATORS = ("launch", "finalize", "reconcile", "cancel")
+LAUNCHERS = ("launch", "reconcile")
 TASK_TOKEN_SENDERS = ("ec2_events", "cancel", "reconcile")
 EXECUTION_MANAGERS = ("reconcile", "cancel")
 
@@ -197,7 +199,7 @@ class FunctionPermissions(Construct):
                     conditions={"StringEquals": {f"aws:ResourceTag/{TAG_MANAGED}": MANAGED_TAG_VALUE}},
                 ),
                 f"Workers are launched per attempt, so their ids are unknown here; only instances tagged "
-                f"{TAG_MANAGED}=true (which only launch can create) can be terminated.",
+                f"{TAG_MANAGED}=true (which only launch and reconcile can create) can be terminated.",
             ),
         )
         self._launch_policy(
@@ -213,7 +215,7 @@ class FunctionPermissions(Construct):
         ]
         self._policy(
             "LaunchWorkers",
-            ["launch"],
+            LAUNCHERS,
             _acknowledged(
                 iam.PolicyStatement(
                     sid="LaunchOnlyAllowedGpuFamiliesTagged",

@@ -5,7 +5,7 @@
       ^          ├─ wait ──> WaitForCapacity ─> Place                                          │
       │          └─ fail ──> PlaceFailed ───────────────────────────────────────────────────────┤
       │   Run catches: InsufficientInstanceCapacity ─> Place; JobCancelled ─> FinalizeCancelled;│
-      │   SpotInterrupted | InstanceLost | JobFailed | heartbeat/timeout ─> Recover;           │
+      │   SpotInterrupted | Migrating | InstanceLost | JobFailed | heartbeat/timeout ─> Recover;│
       │   anything else ─> FinalizeFailed                                                      │
       └── relaunch ─ RecoverChoice <─ Recover                                                   │
                        ├─ wait_checkpoint ─> WaitForCheckpoint ─> Recover                       │
@@ -31,6 +31,7 @@ from spotrelay.config import (
     ERROR_CANCELLED,
     ERROR_INSTANCE_LOST,
     ERROR_JOB_FAILED,
+    ERROR_MIGRATING,
     ERROR_NO_CAPACITY,
     ERROR_SPOT_INTERRUPTED,
 )
@@ -94,6 +95,7 @@ LAMBDA_SERVICE_ERRORS = (
 CONFLICT_ERROR = "ConflictError"  # spotrelay.control.ports.ConflictError: a conditional write lost a race
 RECOVERABLE_RUN_ERRORS = (
     ERROR_SPOT_INTERRUPTED,
+    ERROR_MIGRATING,
     ERROR_INSTANCE_LOST,
     ERROR_JOB_FAILED,
     sfn.Errors.HEARTBEAT_TIMEOUT,

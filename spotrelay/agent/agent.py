@@ -2,6 +2,7 @@
 
     state file says reported?  -> nothing to do
     attempt record (task token) -> heartbeats start (a thread: every `heartbeat_seconds`)
+      (a standby attempt waits up to standby_wait_seconds for its token; closed first -> stale, no job)
     job not started yet:
         previous attempt interrupted and its final checkpoint not committed? -> wait (bounded)
         restore the pointer's checkpoint into checkpoint.dir (verified) -> SPOTRELAY_RESUMED=1|0
@@ -13,6 +14,9 @@
         spot/instance-action?        -> SIGTERM to the job's group, wait up to grace_seconds, SIGKILL,
                                         final checkpoint (committed), SendTaskFailure SpotInterrupted
                                         {"attempt", "checkpoint_seq", "committed", ...}
+        migrate_requested_at set?    -> the same stop and final checkpoint, SendTaskFailure Migrating
+          (the attempt record, read     {"attempt", "checkpoint_seq", "committed", "exit_code",
+          every migrate_poll_seconds)    "reason": "migrate", "requested_at"}
         rebalance recommendation?    -> a checkpoint now (once per recommendation)
         interval_minutes passed?     -> a periodic (incremental) checkpoint
     a restore that fails verification -> SendTaskFailure CheckpointCorrupt; the job is not started
@@ -20,6 +24,25 @@
 Periodic and rebalance checkpoints run on a background thread, so the loop keeps polling IMDS while
 a large upload is in flight; a notice cancels such an upload (what it finished stays reusable) and
 the final checkpoint uploads only what is still missing.
+
+Migration back to spot: the control plane (reconcile) sets `migrate_requested_at` on the attempt record
+of a job it wants off its on-demand instance. The agent reads the record every `migrate_poll_seconds`
+on a thread of its own (a slow DynamoDB never holds up the IMDS poll) and answers like a spot notice,
+recorded in the state file the same way (`reason: migrate`), so a restarted agent finishes the stop
+instead of watching the job; the task fails with `Migrating`, and Recover closes the attempt and
+terminates the instance. IMDS is checked first in each poll, so a spot notice seen in the same poll
+wins. A read that fails is logged and tried again `migrate_poll_seconds` later.
+
+The migration is make-before-break: reconcile first launches the spot instance as a standby attempt
+(its record names the attempt it replaces in `handover_from` and has no task token), and asks the
+old attempt to migrate only once the standby is running. The standby's agent waits for the token
+longer than a fresh launch's `attempt_record_wait_seconds`: up to `standby_wait_seconds` from when it
+first saw the standby record (the control plane gives up on a standby 30 minutes after it is running).
+Launch writes the token once Recover has closed the old attempt, which happens only after its agent
+failed the task with Migrating, and that agent commits its final checkpoint before it fails the task:
+so when the token appears, the pointer already names the old attempt's final checkpoint and the
+standby restores it as any new attempt does (no wait on the previous attempt: it was not interrupted).
+A standby whose record is closed while it waits (the control plane gave up on it) never starts the job.
 
 Racing attempts: the pointer only moves forward in (attempt, seq), so an old instance's late upload
 never moves it back. And before it restores, a new attempt waits while the previous attempt is
@@ -67,7 +90,7 @@ from spotrelay.agent.runner import (
     job_environment,
 )
 from spotrelay.agent.state import DEFAULT_STATE_DIR, AgentState, NoticeRecord, Outcome, OutcomeKind, StateFile
-from spotrelay.config import ERROR_CHECKPOINT_CORRUPT, ERROR_JOB_FAILED, ERROR_SPOT_INTERRUPTED
+from spotrelay.config import ERROR_CHECKPOINT_CORRUPT, ERROR_JOB_FAILED, ERROR_MIGRATING, ERROR_SPOT_INTERRUPTED
 from spotrelay.control.ports import CheckpointPointer, NotFoundError
 from spotrelay.models import Attempt, Job, JobSpec
 
@@ -75,6 +98,9 @@ _Read = TypeVar("_Read")
 EXIT_POLL_SECONDS = 0.05  # how often the exit of a signalled job is checked
 OUTPUT_BYTES_PER_TICK = 4 * 1024 * 1024  # the job's output forwarded per poll, at most
 IMDS_ERROR_LOG_SECONDS = 60
+# How long a standby attempt's agent waits to be handed the job (its task token); the control plane gives
+# up on a standby (terminates it and closes its attempt) 30 minutes after the instance is running.
+STANDBY_WAIT_SECONDS = 1800.0
 
 
 # --- ports ------------------------------------------------------------------------------------------
@@ -113,8 +139,16 @@ class AgentSettings(BaseModel):
     state_dir: Path = DEFAULT_STATE_DIR
     poll_seconds: float = Field(default=5.0, gt=0)
     heartbeat_seconds: float = Field(default=60.0, gt=0)
+    migrate_poll_seconds: float = Field(
+        default=60.0, gt=0, description="how often the attempt record is read for a migration request"
+    )
     previous_checkpoint_wait_seconds: float = Field(default=150.0, ge=0)
     attempt_record_wait_seconds: float = Field(default=300.0, ge=0)
+    standby_wait_seconds: float = Field(
+        default=STANDBY_WAIT_SECONDS,
+        ge=0,
+        description="how long a standby attempt waits for its job to be handed over, from its first read",
+    )
     checkpoint_dir: Path | None = Field(default=None, description="instead of the spec's checkpoint.dir")
     refresh_after: timedelta | None = DEFAULT_REFRESH_AFTER
     log_tail_lines: int = Field(default=20, ge=0)
@@ -229,6 +263,9 @@ class Agent:
         self._in_flight: Future[CheckpointResult] | None = None
         self._in_flight_cancel = threading.Event()
         self._next_periodic = 0.0
+        self._record_reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attempt-record")
+        self._migrate_read: Future[Attempt] | None = None
+        self._next_migrate_read = 0.0
         self._results: list[CheckpointResult] = []
         self._imds_errors: dict[str, float] = {}  # error -> when it was last logged
         self._finality: dict[str, bool] = {}  # manifest key -> is it an attempt's final checkpoint
@@ -267,15 +304,15 @@ class Agent:
             clock=self.clock,
         )
         record = self._wait_for_attempt_record()
-        token = record.task_token
-        assert token is not None
-        if self.state.process is None:
+        if self.state.process is None or record.task_token is None:
             stale = self._stale(job, record)
             if stale is not None:
                 self.log.warning("not starting the job", extra={"reason": stale})
                 outcome = Outcome(kind="stale", cause={"reason": stale}, reported_at=self.clock())
                 self._update(outcome=outcome)
                 return AgentResult(outcome=outcome)
+        token = record.task_token
+        assert token is not None  # a record without one comes back only closed: stale above
         self._start_heartbeats(token)
         try:
             return self._run(token)
@@ -286,6 +323,7 @@ class Agent:
             self._stop_heartbeats()
             self._in_flight_cancel.set()
             self._background.shutdown(wait=True)
+            self._record_reads.shutdown(wait=False, cancel_futures=True)
 
     def _run(self, token: str) -> AgentResult:
         assert self.checkpointer is not None
@@ -320,7 +358,8 @@ class Agent:
             assert self.state.process is not None
             job = self.runner.attach(self.state.process)
             self._output = _OutputTail(job.record.log_file, self.log, from_end=True)
-            self.log.info("re-attached to the running job", extra={"pid": job.pid})
+            stopping = self.state.notice.reason if self.state.notice is not None else None
+            self.log.info("re-attached to the running job", extra={"pid": job.pid, "stopping_for": stopping})
 
         ended = self._interrupt(job, self.state.notice) if self.state.notice is not None else self._watch(job)
         self._output.drain()
@@ -331,16 +370,42 @@ class Agent:
 
     def _wait_for_attempt_record(self) -> Attempt:
         """The attempt record with its task token: launch writes it right after RunInstances returns,
-        so an agent that boots fast may look before it exists."""
+        so an agent that boots fast may look before it exists (up to `attempt_record_wait_seconds`).
+
+        A standby attempt (launched ahead of a migration: `handover_from` set, no token yet) gets its
+        token only once the attempt it replaces has handed the job back, so it waits longer: up to
+        `standby_wait_seconds` from when it first saw its record as a standby.
+
+        A record that is closed (an outcome) before it has a token is returned as it is: it will never
+        get one (the control plane gave up on the standby). `run` then takes the stale path: the job is
+        not started, the outcome `stale` is kept in the state file and the agent exits 0, so systemd does
+        not restart it and a restarted agent does nothing. No record, or no token in time, is an
+        AgentError (exit non-zero: systemd restarts the agent)."""
         deadline = time.monotonic() + self.settings.attempt_record_wait_seconds
+        standby_since: float | None = None
         while True:
             try:
                 record = self.store.get_attempt(self.job_id, self.attempt)
             except NotFoundError:
                 record = None
-            if record is not None and record.task_token:
+            if record is not None and (record.task_token or record.outcome is not None):
                 return record
+            if record is not None and record.handover_from is not None and standby_since is None:
+                standby_since = time.monotonic()
+                deadline = max(deadline, standby_since + self.settings.standby_wait_seconds)
+                self.log.info(
+                    "standby: waiting for the previous attempt's job to be handed over",
+                    extra={
+                        "handover_from": record.handover_from,
+                        "wait_seconds": round(deadline - standby_since, 1),
+                    },
+                )
             if time.monotonic() >= deadline:
+                if standby_since is not None:
+                    raise AgentError(
+                        f"standby attempt {self.attempt} of job {self.job_id} was not handed the job "
+                        f"within {self.settings.standby_wait_seconds:g} s"
+                    )
                 raise AgentError(f"attempt {self.attempt} of job {self.job_id} has no record with a task token")
             if self._stop.wait(self.settings.poll_seconds):
                 raise AgentError("stopped while waiting for the attempt record")
@@ -457,6 +522,13 @@ class Agent:
                 notice = NoticeRecord(action=action.action, time=action.time, seen_at=self.clock())
                 self._update(notice=notice)
                 return self._interrupt(job, notice)
+            requested_at = self._migration_requested()
+            if requested_at is not None:
+                notice = NoticeRecord(
+                    action="migrate", time=requested_at.isoformat(), seen_at=self.clock(), reason="migrate"
+                )
+                self._update(notice=notice)
+                return self._interrupt(job, notice)
             rebalance = self._poll_imds(self.metadata.rebalance_recommendation)
             if rebalance is not None and rebalance.notice_time != self.state.rebalance_handled:
                 self.log.info(
@@ -482,6 +554,31 @@ class Agent:
                 self.log.warning("IMDS did not answer", extra={"error": str(e)})
                 self._imds_errors[str(e)] = now
             return None
+
+    def _migration_requested(self) -> datetime | None:
+        """The attempt record's `migrate_requested_at` once a read finds it set. The record is read on
+        its own thread every `migrate_poll_seconds` (the first read at once); a failed read is logged
+        and the next one is due `migrate_poll_seconds` later."""
+        read = self._migrate_read
+        if read is not None:
+            if not read.done():
+                return None
+            self._migrate_read = None
+            try:
+                record = read.result()
+            except Exception as e:
+                self.log.warning(
+                    "could not read the attempt record for a migration request: trying again later",
+                    extra={"error": f"{type(e).__name__}: {e}", "retry_in_seconds": self.settings.migrate_poll_seconds},
+                )
+                return None
+            if record.migrate_requested_at is not None:
+                return record.migrate_requested_at
+        now = time.monotonic()
+        if self._migrate_read is None and now >= self._next_migrate_read:
+            self._next_migrate_read = now + self.settings.migrate_poll_seconds
+            self._migrate_read = self._record_reads.submit(self.store.get_attempt, self.job_id, self.attempt)
+        return None
 
     def _start_background(self, reason: str) -> None:
         assert self.checkpointer is not None
@@ -541,10 +638,16 @@ class Agent:
         assert self.spec is not None
         assert self.checkpointer is not None
         grace = self.spec.checkpoint.grace_seconds
-        self.log.warning(
-            "spot interruption notice: stopping the job and checkpointing",
-            extra={"action": notice.action, "action_time": notice.time, "grace_seconds": grace},
-        )
+        if notice.reason == "migrate":
+            self.log.warning(
+                "migration back to spot requested: stopping the job and checkpointing",
+                extra={"requested_at": notice.time, "grace_seconds": grace},
+            )
+        else:
+            self.log.warning(
+                "spot interruption notice: stopping the job and checkpointing",
+                extra={"action": notice.action, "action_time": notice.time, "grace_seconds": grace},
+            )
         ended, code = self._exit_status(job)
         if not ended:
             job.terminate()
@@ -589,10 +692,12 @@ class Agent:
                 "attempt": self.attempt,
                 "checkpoint_seq": checkpoint.seq if checkpoint is not None and checkpoint.committed else None,
                 "committed": checkpoint is not None and checkpoint.committed,
-                "instance_action": ended.notice.action,
-                "action_time": ended.notice.time,
                 "exit_code": ended.exit_code,
             }
+            if ended.notice.reason == "migrate":
+                cause |= {"reason": "migrate", "requested_at": ended.notice.time}
+                return self._finish(token, "migrated", ERROR_MIGRATING, cause, exit_code=ended.exit_code)
+            cause |= {"instance_action": ended.notice.action, "action_time": ended.notice.time}
             return self._finish(token, "interrupted", ERROR_SPOT_INTERRUPTED, cause, exit_code=ended.exit_code)
         assert self._output is not None
         tail = "\n".join(tail_lines(self._output.path, self.settings.log_tail_lines))

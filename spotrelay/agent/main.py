@@ -19,7 +19,7 @@ from types import FrameType
 
 from pydantic import BaseModel, ConfigDict
 
-from spotrelay.agent.agent import Agent, AgentError, AgentSettings
+from spotrelay.agent.agent import STANDBY_WAIT_SECONDS, Agent, AgentError, AgentSettings
 from spotrelay.agent.imds import DEFAULT_ENDPOINT, ImdsClient, ImdsError
 from spotrelay.agent.logs import JobLogger, configure_json_logging
 from spotrelay.agent.state import DEFAULT_STATE_DIR
@@ -39,6 +39,8 @@ class AgentOptions(BaseModel):
     region: str | None = None
     poll_seconds: float = 5.0
     heartbeat_seconds: float = 60.0
+    migrate_poll_seconds: float = 60.0
+    standby_wait_seconds: float = STANDBY_WAIT_SECONDS
     state_dir: Path = DEFAULT_STATE_DIR
     checkpoint_dir: Path | None = None
     previous_checkpoint_wait_seconds: float = 150.0
@@ -104,6 +106,8 @@ def run_agent(options: AgentOptions) -> int:
             state_dir=options.state_dir,
             poll_seconds=options.poll_seconds,
             heartbeat_seconds=options.heartbeat_seconds,
+            migrate_poll_seconds=options.migrate_poll_seconds,
+            standby_wait_seconds=options.standby_wait_seconds,
             checkpoint_dir=options.checkpoint_dir,
             previous_checkpoint_wait_seconds=options.previous_checkpoint_wait_seconds,
         ),

@@ -10,7 +10,8 @@
 - `checkpoints` (`next_seq`, `files`, `last_manifest`, `work_done_hours`): the checkpoint sequence (a sequence
   number is reserved before its upload starts, so a restarted agent never reuses one) and the index
   that makes the next checkpoint incremental.
-- `notice`: the interruption notice, once seen (a restarted agent goes on with the final checkpoint).
+- `notice`: the interruption notice, or the control plane's migration request (`reason: migrate`),
+  once seen: a restarted agent goes on with the stop and the final checkpoint, never the job.
 - `rebalance_handled`: the `noticeTime` of the last rebalance recommendation acted on.
 - `outcome`: what was reported on the task token. An agent that finds an outcome does nothing.
 """
@@ -28,15 +29,20 @@ from spotrelay.agent.runner import JobProcess
 
 DEFAULT_STATE_DIR = Path("/var/lib/spotrelay")
 
-OutcomeKind = Literal["succeeded", "failed", "interrupted", "corrupt", "vanished", "stale"]
+OutcomeKind = Literal["succeeded", "failed", "interrupted", "migrated", "corrupt", "vanished", "stale"]
+NoticeReason = Literal["spot", "migrate"]
 
 
 class NoticeRecord(BaseModel):
+    """Why the job is being stopped: a spot interruption notice (IMDS `spot/instance-action`), or the
+    control plane's request to move the job back to spot (the attempt record's `migrate_requested_at`)."""
+
     model_config = ConfigDict(frozen=True)
 
-    action: str
-    time: str
-    seen_at: AwareDatetime
+    action: str  # the instance action (terminate, stop, hibernate); "migrate" for a migration request
+    time: str  # the instance action's time; for a migration, when the control plane asked for it
+    seen_at: AwareDatetime  # when the agent saw it: the grace period counts from here
+    reason: NoticeReason = "spot"
 
 
 class Outcome(BaseModel):

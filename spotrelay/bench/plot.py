@@ -32,7 +32,7 @@ POLICY_COLORS: dict[str, Color] = {
     "uniform-progress": (40, 110, 200),
     "skypilot-eager": (140, 80, 170),
     "spotrelay": (20, 150, 80),
-    "spotrelay+migrate": (110, 170, 40),
+    "spotrelay-no-migrate": (110, 170, 40),
     "omniscient": (60, 60, 60),
 }
 ZONE_PALETTE: tuple[Color, ...] = (

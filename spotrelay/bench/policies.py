@@ -22,18 +22,23 @@ decision point, run on a pool (spot or on-demand) or wait.
   preferred pool of same-pool-first exempt), an `InterruptionModel` sharpened by the interruptions
   observed during the run (and the Advisor bands, if given), the market choice inside `place()`; then
   the launch: the first ranked pool that takes it (a refused pool is blocked for
-  `REFUSED_POOL_BLOCK_MINUTES` and the next is tried; all refused: place again). A job on on-demand
-  stays there (the control plane never re-places a running job), so `place()` is called without
-  `migrates`: an idle job behind schedule with no spot waits for spot until the safety net. The restart
+  `REFUSED_POOL_BLOCK_MINUTES` and the next is tried; all refused: place again). A job running on
+  on-demand is re-placed with `current_market=on-demand` at every market change (production: reconcile,
+  every few minutes) and moved back to spot when the market choice says so (Uniform Progress's
+  hysteresis) and the spot pool has capacity (production launches the spot instance first: a refused
+  launch leaves the job on on-demand). Place uses rule 1 (`place(migrates=True)`): an idle job behind
+  schedule with no spot catches up on on-demand. The restart
   overhead `place()` assumes is the spec's (`placement.restart_overhead_minutes`), which the workloads set
   to the job's real d; a periodic-only job's spec gives no grace to save at the notice, so `place()`'s
   net keeps its checkpoint interval too. On a preemption, the job's recovery strategy decides (block the
   pool, prefer it, or fail the job), seeing the job's last placement as the control plane records it
   (`Job.placement`), which tells it whether there is another spot pool to move to.
-- `spotrelay+migrate` (a what-if, not what the control plane does): as `spotrelay`, and a job running on
-  on-demand is re-placed at every market change with `current_market=on-demand` and moved back to spot
-  when the market choice says so (Uniform Progress's hysteresis); `place(migrates=True)`, so an idle job
-  behind schedule goes on-demand to catch up, as in the paper.
+- `spotrelay-no-migrate` (a what-if, the control plane before reconcile moved jobs back to spot): as
+  `spotrelay`, but a job on on-demand stays there, and `place()` without `migrates`: an idle job behind
+  schedule with no spot waits for spot until the safety net.
+- `spotrelay-sees-capacity` (a what-if no deployment can run): as `spotrelay`, but only spot pools with
+  capacity now are offered to `place()`, as the other policies are told; what finding capacity out by
+  launching costs.
 
 `omniscient` is not an online policy: see `spotrelay.bench.omniscient`.
 """
@@ -217,17 +222,17 @@ class SkypilotEager:
 class Spotrelay:
     """The control plane's Place -> Launch -> Recover loop on the simulated market (module docstring).
 
-    `place()` gets the restart overhead from the job spec, as the control plane calls it. One option, off
-    by default (the control plane as it is), for measuring what would change: `migrate`: re-place a job
-    running on on-demand at every market change with `current_market=on-demand`, and move it back to spot
-    when the market choice says so (Uniform Progress's hysteresis; the control plane has no such path
-    today); `place(migrates=True)` then lets an idle job behind schedule catch up on on-demand.
+    `place()` gets the restart overhead from the job spec, as the control plane calls it. `migrate` (on, as
+    the control plane does): re-place a job running on on-demand at every market change with
+    `current_market=on-demand`, and move it back to spot when the market choice says so (Uniform
+    Progress's hysteresis; reconcile in production). Off: the what-if `spotrelay-no-migrate`.
     """
 
     name = "spotrelay"
 
-    def __init__(self, ctx: JobContext, migrate: bool = False) -> None:
+    def __init__(self, ctx: JobContext, migrate: bool = True, sees_capacity: bool = False) -> None:
         self.ctx = ctx
+        self.sees_capacity = sees_capacity
         job = ctx.job
         self.overhead = job.spec.placement.restart_overhead_hours  # what place() assumes
         self.work_at_risk = placement.work_at_risk_hours(job.spec)  # what place()'s safety net keeps
@@ -257,7 +262,11 @@ class Spotrelay:
         now = self._now(t)
         zones = set(self.zones)
         quotes = [
-            q for q in ctx.market.quotes(t) if q.pool.instance_type in self.types and q.pool.availability_zone in zones
+            q
+            for q in ctx.market.quotes(t)
+            if q.pool.instance_type in self.types
+            and q.pool.availability_zone in zones
+            and (not self.sees_capacity or ctx.can_launch(q.pool, t))
         ]
         interruptions = InterruptionModel(
             bands=ctx.advisor_bands,
@@ -275,7 +284,7 @@ class Spotrelay:
                 on_demand_prices=self.on_demand_prices,
                 zones=self.zones,
                 current_market=Market.ON_DEMAND if on_demand else None,
-                migrates=self.migrate,
+                migrates=self.migrate,  # as Place: with migration, rule 1 (catch up on on-demand)
             )
             plan = list(ranking.ranked[:PLAN_DEPTH])
             if on_demand and (ranking.market.action is not MarketAction.SPOT or not plan):
@@ -385,10 +394,17 @@ class Spotrelay:
 PolicyClass = Callable[[JobContext], JobPolicy]
 
 
-def spotrelay_migrating(ctx: JobContext) -> JobPolicy:
-    """`spotrelay+migrate`: as `spotrelay`, and a job on on-demand is re-placed at market changes and moved
-    back to spot when the market choice says so (not what the control plane does today)."""
-    return Spotrelay(ctx, migrate=True)
+def spotrelay_not_migrating(ctx: JobContext) -> JobPolicy:
+    """`spotrelay-no-migrate`: as `spotrelay`, but a job on on-demand stays there (the control plane before
+    reconcile moved jobs back to spot)."""
+    return Spotrelay(ctx, migrate=False)
+
+
+def spotrelay_seeing_capacity(ctx: JobContext) -> JobPolicy:
+    """`spotrelay-sees-capacity`: as `spotrelay`, but told which spot pools have capacity now, as the other
+    policies are (they take `spot_choices`), instead of finding out by launching: what the information
+    the others get for free is worth. No deployment can do this (EC2 does not publish capacity)."""
+    return Spotrelay(ctx, sees_capacity=True)
 
 
 ONLINE_POLICIES: dict[str, PolicyClass] = {
@@ -398,9 +414,10 @@ ONLINE_POLICIES: dict[str, PolicyClass] = {
     SkypilotEager.name: SkypilotEager,
     Spotrelay.name: Spotrelay,
 }
-# What-if variants of `spotrelay`, run on request (`--policies ...,spotrelay+migrate`) and by `make bench`.
+# What-if variants of `spotrelay`, run on request (`--policies ...,spotrelay-no-migrate`) and by `make bench`.
 SPOTRELAY_VARIANTS: dict[str, PolicyClass] = {
-    "spotrelay+migrate": spotrelay_migrating,
+    "spotrelay-no-migrate": spotrelay_not_migrating,
+    "spotrelay-sees-capacity": spotrelay_seeing_capacity,
 }
 ALL_POLICIES: dict[str, PolicyClass] = {**ONLINE_POLICIES, **SPOTRELAY_VARIANTS}
 OMNISCIENT = "omniscient"

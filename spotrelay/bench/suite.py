@@ -199,8 +199,12 @@ def gap_analysis(runs: Sequence[WorkloadRun]) -> list[str]:
             if name in OTHER_ONLINE and fig.deadline_misses == 0 and name != "on-demand"
         ]
         best = min(online_ok) if online_ok else None
-        both = "spotrelay+migrate" in run.results and "uniform-progress" in run.results
-        migrate = _ratio_of(run, "spotrelay+migrate", "uniform-progress") if both else "-"
+        up = _ratio_of(run, "spotrelay", "uniform-progress") if "uniform-progress" in run.results else "-"
+        sees = (
+            _ratio_of(run, "spotrelay-sees-capacity", "uniform-progress")
+            if {"uniform-progress", "spotrelay-sees-capacity"} <= run.results.keys()
+            else "-"
+        )
         greedy = _ratio_of(run, "spotrelay", "greedy") if "greedy" in run.results else "-"
         details = [f"d = {'/'.join(f'{d:g}' for d in late_d)} h"] if late_jobs else []
         if periodic:
@@ -210,14 +214,14 @@ def gap_analysis(runs: Sequence[WorkloadRun]) -> list[str]:
             + (f" ({'; '.join(details)})" if details else "")
             + f" | {greedy} | {share:.0%}"
             + f" | {'-' if up_share is None else f'{up_share:.0%}'}"
-            + f" | {migrate}"
+            + f" | {up} | {sees}"
             + f" | {'-' if best is None else f'{best[1]} {best[0]:.3f}x'} |"
         )
     lines += [
         "| workload | spotrelay late | spotrelay cost / greedy | spotrelay on-demand share of billed hours "
-        "| uniform-progress on-demand share | spotrelay+migrate cost / uniform-progress | best online policy "
-        "meeting every deadline, vs omniscient |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| uniform-progress on-demand share | spotrelay cost / uniform-progress | spotrelay-sees-capacity cost / "
+        "uniform-progress | best online policy meeting every deadline, vs omniscient |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
         "1. **Deadlines.** The restart overhead is part of the job spec (`placement.restart_overhead_minutes`, "
@@ -228,25 +232,22 @@ def gap_analysis(runs: Sequence[WorkloadRun]) -> list[str]:
         "for their periodic-only jobs), and `place()`'s net then keeps the checkpoint interval on top of the two "
         "restarts. A job that can no longer meet its deadline anyway is placed on on-demand at once (no pool is "
         "rejected for a deadline none can meet) instead of waiting until `max_wait_hours` fails it.",
-        "2. **Cost.** `place()`'s market choice is Uniform Progress. Its rule 1 (an idle job behind the uniform line "
-        "goes on-demand) pays off only with rule 3 (back to spot once ahead again), and the control plane never "
-        "re-places a running job, so rule 1 alone would mean on-demand to the end. The control plane therefore calls "
-        "`place()` without `migrates`: an idle job behind the line with no spot waits for spot until the safety net "
-        "(`uniform_progress(returns_to_spot=False)`), as greedy waits until its slack runs out. That makes it at "
-        "best about as cheap as greedy, not as uniform-progress: once the net fires the job runs on on-demand to the "
-        "end (the on-demand share above). `spotrelay+migrate` re-places jobs running on on-demand at market changes "
-        "with `current_market=on-demand` and `place(migrates=True)`, following rules 1 and 3; that brings it to "
-        "about uniform-progress's cost. To close it: a control-plane path that re-places on-demand jobs (on capacity "
-        "changes or the reconcile schedule) and migrates them through a checkpoint.",
-        "3. **What remains.** Recovery no longer blocks the only spot pool a job's last placement offered (the "
-        "single-zone setting): a block there only kept the job idle while capacity came back, and brought it to the "
-        "safety net sooner. Where there are other pools, eager-next-pool still blocks a lost pool for "
-        "`recovery.block_minutes` (60 by default, and the deployment's warning block as long), and a refused launch "
-        "blocks a pool for 10 min (the control plane's constant): both keep a job off a pool whose outages are often "
-        "shorter, which is most of what is left between spotrelay and greedy (which sees capacity at once). Without "
-        "migration, greedy's rule (spot whenever there is any, on-demand for good at the last moment) is about the "
-        "best a policy can do on one pool; beating uniform-progress there needs migration, and beating it with "
-        "migration needs a better market choice than the paper's: new policy work, not done here.",
+        "2. **Cost.** `place()`'s market choice is Uniform Progress, all four rules. Rule 1 (an idle job behind the "
+        "uniform line goes on-demand) pays off only with rule 3 (back to spot once ahead again), which reconcile "
+        "provides: it re-places jobs running on on-demand and moves them back make-before-break (the spot "
+        "instance first, then the handover through a checkpoint), so a pool without capacity never costs the job "
+        "a restart. `spotrelay-no-migrate` is the control plane without that path (on-demand is for good, so "
+        "Place cannot use rule 1 and an idle job waits for spot until the net): about as cheap as greedy at best.",
+        "3. **What remains: capacity the other policies see for free.** They are told which pools have capacity at "
+        "every moment (`spot_choices`); a deployment only finds out by launching, and a refused pool is skipped "
+        "for 3 minutes (Karpenter's ICE-cache TTL; a lost pool as long). Each time capacity returns, spotrelay "
+        "starts up to 3 minutes later. `spotrelay-sees-capacity` is spotrelay told the same as the others (no "
+        "deployment can be): on one pool it is exactly uniform-progress (it runs the paper's rules), and the "
+        "column above shows what is left once the information is equal. With migration spotrelay runs Uniform "
+        "Progress's own rules, so on one pool it can at best tie uniform-progress; beating it needs a better "
+        "market choice than the paper's (e.g. one that uses the interruption model's estimate of a pool's "
+        "availability): new policy work, not done here. Where several pools compete, its ranking (expected cost "
+        "to finish with the interruption record) is what makes it cheaper (cant-be-late-multi).",
         "4. **1.2x of omniscient.** The bound is a relaxation (no restart overheads but one, fractional use of every "
         "hour with perfect foresight); the last column shows how far the best online policy that meets every "
         "deadline is from it.",
@@ -281,17 +282,21 @@ ABOUT = """## How to read this
   for the next launch, waits for spot (never on-demand, no deadline).
 - `spotrelay` is the control plane as it is: `place()` (with the restart overhead of the job spec, which
   the workloads set to the job's real d; the interruption model sharpened by the job's own preemptions;
-  no `migrates`, so an idle job behind schedule waits for spot until the safety net), launch in rank order
-  (refused pools blocked 10 min), recovery by the job's strategy (eager-next-pool blocks a lost pool
-  60 min when the job's last placement offered another spot pool; neither strategy blocks a job's only
-  spot pool), and a job on on-demand stays there. Its safety net keeps a checkpoint interval of slack
-  more for jobs whose spec gives no grace to save at the notice (the fleet's periodic-only jobs). One
-  idealisation in its favour: an idle job is re-placed at every market change and when a block lapses,
-  where production re-places after the Wait state's backoff (1 to 15 min). `spotrelay+migrate` also
-  re-places jobs running on on-demand at market changes and moves them back to spot when Uniform Progress's
-  hysteresis allows (`place(current_market=on-demand)`), and lets an idle job behind schedule catch up on
-  on-demand (`place(migrates=True)`), which the control plane does not do today. It measures what closing
-  that gap would give; it is not what runs in production.
+  `migrates`, so an idle job behind schedule catches up on on-demand, rule 1), launch in rank order
+  (refused pools blocked 3 min, Karpenter's ICE-cache TTL), recovery by the job's strategy
+  (eager-next-pool blocks a lost pool for `recovery.block_minutes`, 3 by default, when the job's last
+  placement offered another spot pool; neither strategy blocks a job's only spot pool), and a job on
+  on-demand moved back to spot when Uniform Progress's hysteresis allows (reconcile's make-before-break:
+  the spot instance is launched first, so a pool without capacity leaves the job on on-demand). Its
+  safety net keeps a checkpoint interval of slack more for jobs whose spec gives no grace to save at the
+  notice (the fleet's periodic-only jobs). Idealisations in its favour: an idle job is re-placed at every
+  market change and when a block lapses, where production re-places after the Wait state's backoff (1 to
+  15 min), and an on-demand job at every market change, where reconcile looks every few minutes; a move
+  back to spot costs d on the spot instance, as a restart does, where production also bills the
+  on-demand instance for the standby's boot (it keeps working meanwhile). Against it: the other policies
+  see a pool's capacity the moment it returns; spotrelay finds out by launching (a refused pool is
+  skipped for 3 min). `spotrelay-no-migrate` is the control plane without moving jobs back to spot (a
+  job on on-demand stays there; no `migrates`), for comparison.
 - Misses of jobs that checkpoint only periodically come from the work a preemption loses (up to an hour),
   which a policy's fixed margin (d or 2d) does not cover; spotrelay's net keeps that interval for them.
 

@@ -177,6 +177,16 @@ def agent_command(
             help="seconds after the previous attempt's notice to wait for its final checkpoint",
         ),
     ] = 150.0,
+    migrate_poll_seconds: Annotated[
+        float,
+        typer.Option(
+            "--migrate-poll-seconds", min=0.01, help="how often the attempt record is read for a migration request"
+        ),
+    ] = 60.0,
+    standby_wait_seconds: Annotated[
+        float,
+        typer.Option("--standby-wait-seconds", min=0, help="how long a standby attempt waits to be handed its job"),
+    ] = 1800.0,
 ) -> None:
     """Run this instance's job attempt: restore, run, checkpoint, report.
 
@@ -202,6 +212,11 @@ def agent_command(
        checkpoint.interval_minutes: upload what changed (incremental).
     5. Heartbeats the task token; reports success (exit 0), or JobFailed
        with the exit code and the last lines of the job's output.
+    6. Reads its attempt record every --migrate-poll-seconds: when the
+       control plane asks for a handover (a spot standby runs, ready to
+       take the job off on-demand), stops and checkpoints as at a notice
+       and fails the task with Migrating. An agent on a standby waits up
+       to --standby-wait-seconds to be handed the job.
 
     \b
     Logs are JSON lines on stdout, each with job_id and attempt. A
@@ -229,6 +244,8 @@ def agent_command(
             state_dir=state_dir,
             checkpoint_dir=checkpoint_dir,
             previous_checkpoint_wait_seconds=previous_checkpoint_wait,
+            migrate_poll_seconds=migrate_poll_seconds,
+            standby_wait_seconds=standby_wait_seconds,
         )
     )
     raise typer.Exit(code)
@@ -312,7 +329,7 @@ def bench_command(
         typer.Option(
             "--policies",
             metavar="a,b,...",
-            help="policies to compare (also: the what-if variant spotrelay+migrate)",
+            help="policies to compare (also: the what-if variant spotrelay-no-migrate)",
         ),
     ] = "on-demand,greedy,uniform-progress,skypilot-eager,spotrelay,omniscient",
     seed: Annotated[int, typer.Option("--seed", help="seed of the fleet workload's generator")] = 1,

@@ -20,9 +20,9 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from spotrelay.config import ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
-from spotrelay.control.jobs import update_attempt, update_job
+from spotrelay.control.jobs import ask_handover, update_attempt, update_job, withdraw_handover
 from spotrelay.control.ports import JobStore, NotFoundError, Workflow
-from spotrelay.models import Attempt, Job, JobState, ensure_transition
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, ensure_transition
 from spotrelay.policy import BlockedPool
 
 SPOT_INTERRUPTION = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
@@ -182,10 +182,12 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
         attempt = store.get_attempt(ref.job_id, ref.attempt)
     except NotFoundError:
         return EventOutcome(kind=kind.name, action="ignore", reason="job or attempt not found", job_id=ref.job_id)
-    action = kind.action_for(detail, attempt, job)
     base = EventOutcome(
         kind=kind.name, action="ignore", job_id=ref.job_id, attempt=ref.attempt, instance_id=detail.instance_id
     )
+    if attempt.is_standby:
+        return _standby_event(event, detail, attempt, job, base, store=store, block_minutes=block_minutes)
+    action = kind.action_for(detail, attempt, job)
     if isinstance(action, Ignore):
         return base.model_copy(update={"reason": action.reason})
     if isinstance(action, Interrupt):
@@ -210,6 +212,56 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
     return base.model_copy(
         update={"action": "lost", "reason": f"{action.state}{'; task already closed' if closed else ''}"}
     )
+
+
+def _standby_event(
+    event: Ec2Event,
+    detail: _Detail,
+    standby: Attempt,
+    job: Job,
+    base: EventOutcome,
+    *,
+    store: JobStore,
+    block_minutes: float,
+) -> EventOutcome:
+    """An event for a standby: a spot instance reconcile launched ahead of moving a job off on-demand.
+    `running`: ask the current attempt's agent to hand the job back (it checkpoints, the task fails
+    with Migrating, Launch adopts the standby). A notice or the instance going away: the standby is
+    closed, and the request withdrawn if the agent has not acted on it yet (if it has, Place and Launch
+    place the job as after any handover). The job's Run task is never touched: the standby has none."""
+    if job.state.is_terminal:
+        return base.model_copy(update={"reason": f"standby of a job that is {job.state}"})
+    if isinstance(detail, StateChangeDetail) and detail.state == "pending":
+        return base.model_copy(update={"reason": "standby pending"})
+    if isinstance(detail, RebalanceDetail):
+        return base.model_copy(update={"reason": "standby: rebalance recommendation noted by nobody"})
+    previous = standby.handover_from
+    assert previous is not None
+    if isinstance(detail, StateChangeDetail) and detail.state == "running":
+        update_attempt(
+            store,
+            standby.job_id,
+            standby.attempt,
+            lambda fresh: fresh.model_copy(update={"running_at": event.time}) if fresh.running_at is None else None,
+        )
+        _, asked = update_attempt(store, standby.job_id, previous, ask_handover(event.time))
+        return base.model_copy(
+            update={"action": "handover", "reason": f"asked attempt {previous} to hand over" if asked else "asked"}
+        )
+    interrupted = isinstance(detail, InterruptionDetail)
+    if interrupted:
+        _interrupt(standby, event.time, first=standby.interrupted_at is None, store=store, block_minutes=block_minutes)
+    outcome = AttemptOutcome.INTERRUPTED if interrupted else AttemptOutcome.LOST
+    update_attempt(
+        store,
+        standby.job_id,
+        standby.attempt,
+        lambda fresh: (
+            fresh.model_copy(update={"outcome": outcome, "ended_at": event.time}) if fresh.is_standby else None
+        ),
+    )
+    update_attempt(store, standby.job_id, previous, withdraw_handover)
+    return base.model_copy(update={"action": "standby-lost", "reason": str(outcome)})
 
 
 def _interrupt(attempt: Attempt, at: datetime, *, first: bool, store: JobStore, block_minutes: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import TypeVar
 
 from spotrelay.control.ports import ConflictError, JobStore
@@ -57,3 +58,23 @@ def update_attempt(
             continue
         return changed, True
     raise AssertionError("unreachable")
+
+
+def ask_handover(at: datetime) -> Callable[[Attempt], Attempt | None]:
+    """A change for `update_attempt`: ask the attempt's agent to checkpoint and hand its job back (once;
+    not to an attempt that has ended or is already stopping for a spot notice)."""
+
+    def change(fresh: Attempt) -> Attempt | None:
+        if fresh.outcome is not None or fresh.migrate_requested_at is not None or fresh.interrupted_at is not None:
+            return None
+        return fresh.model_copy(update={"migrate_requested_at": at})
+
+    return change
+
+
+def withdraw_handover(fresh: Attempt) -> Attempt | None:
+    """A change for `update_attempt`: take back a handover request (its standby is gone); an agent that
+    has already acted on it hands the job back anyway, and Place places it as after any handover."""
+    if fresh.outcome is not None or fresh.migrate_requested_at is None:
+        return None
+    return fresh.model_copy(update={"migrate_requested_at": None})

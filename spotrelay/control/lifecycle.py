@@ -39,6 +39,7 @@ from spotrelay.policy import (
     Fail,
     InterruptionModel,
     MarketDecision,
+    Placement,
     active_blocks,
     decide_recovery,
     place,
@@ -50,9 +51,10 @@ PLAN_DEPTH = 10
 WAIT_BASE_SECONDS = 60
 MIN_WAIT_SECONDS = 1
 WAIT_MAX_SECONDS = 900
-# A pool that refused a launch (no capacity, price) is skipped for this long, as Karpenter does
-# with its unavailable-offerings cache (a few minutes: capacity comes back quickly).
-REFUSED_POOL_BLOCK_MINUTES = 10
+# A pool that refused a launch (no capacity, price) is skipped for this long: Karpenter's unavailable-
+# offerings cache TTL (UnavailableOfferingsTTL, 3 min, aws/karpenter-provider-aws pkg/cache). Capacity
+# comes back quickly; on the Can't Be Late traces 10 min cost 0.9% more per job than 3 (BENCHMARKS.md).
+REFUSED_POOL_BLOCK_MINUTES = 3
 # After an interruption warning, Recover waits for the attempt's final checkpoint this long at most:
 # the notice gives two minutes, the agent commits within them, plus slack for the upload's tail.
 FINAL_CHECKPOINT_WAIT_SECONDS = 150
@@ -102,29 +104,17 @@ def place_step(
     if job.state.is_terminal:
         return StepResult(action="fail", error="JobEnded", cause=f"job is already {job.state}")
 
-    types = [t.name for t in job.spec.resources.fitting_types() if family_of(t.name) in context.allowed_families]
-    zones = sorted(context.subnets)
-    quotes = compute.spot_prices(types, zones, now) if types else []
     pointer = store.get_checkpoint(job_id)
     work_done = pointer.work_done_hours if pointer is not None else job.work_done_hours
-    limits = job.spec.limits
-    decision = place(
-        job.spec,
-        [q for q in quotes if q.pool.availability_zone in context.subnets],
-        work_done_hours=work_done,
-        elapsed_hours=job.elapsed_hours(now),
-        # same-pool-first: the pool recovery asked for is exempt from the block its own loss put there.
-        blocked=active_blocks(store.blocked_pools(now), now) - {job.preferred_pool},
-        interruptions=InterruptionModel(observed=store.pool_observations()),
-        on_demand_prices={
-            name: price for name in types if (price := INSTANCE_TYPES[name].on_demand_usd_per_hour) is not None
-        },
-        budget_left_usd=None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - job.cost_usd),
-        zones=zones,
-        # The restart overhead is the spec's; no `migrates`: a job running on on-demand is never re-placed,
-        # so an idle job behind schedule waits for spot until the safety net rather than go on-demand for good.
-        # The Wait below is capped at the time the net is due, so the job is placed again when it fires.
-    )
+    standby = next((a for a in store.attempts(job_id) if a.is_standby and a.handover_from == job.attempts), None)
+    if standby is not None:
+        # The job was handed back to move onto the standby launched ahead of it (make-before-break):
+        # no new decision, Launch adopts the standby (or launches as usual if it has ended meanwhile).
+        return _plan_standby(store, job_id, standby, work_done, now)
+    # `migrates`: reconcile moves a job running on on-demand back to spot once it is ahead of the uniform
+    # line again (Uniform Progress's rule 3), so an idle job behind schedule with no spot catches up on
+    # on-demand (rule 1), as in the paper. The Wait below is capped at the time the net is due.
+    decision = placement_now(job, work_done, store=store, compute=compute, now=now, context=context, migrates=True)
     ranked = list(decision.ranked[:PLAN_DEPTH])
 
     def change(fresh: Job) -> StepResult:
@@ -171,6 +161,61 @@ def place_step(
     return result
 
 
+def _plan_standby(store: JobStore, job_id: str, standby: Attempt, work_done: float, now: datetime) -> StepResult:
+    planned = PlannedPool(pool=standby.pool, hourly_price=standby.hourly_price, relative_speed=standby.relative_speed)
+
+    def change(fresh: Job) -> StepResult:
+        if fresh.cancel_requested or fresh.state.is_terminal:
+            return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
+        fresh.state = ensure_transition(fresh.state, JobState.PLACING)
+        fresh.work_done_hours = max(fresh.work_done_hours, work_done)
+        fresh.placement = (planned,)
+        fresh.place_waits = 0
+        fresh.waiting_since = None
+        fresh.state = ensure_transition(fresh.state, JobState.LAUNCHING)
+        fresh.updated_at = now
+        return StepResult(action="launch", cause=f"onto the standby {standby.instance_id} in {standby.pool}")
+
+    _, result = update_job(store, job_id, change)
+    return result
+
+
+def placement_now(
+    job: Job,
+    work_done: float,
+    *,
+    store: JobStore,
+    compute: Compute,
+    now: datetime,
+    context: PlacementContext,
+    current_market: Market | None = None,
+    migrates: bool = False,
+) -> Placement:
+    """`place()` for the job with what the deployment knows now: the spot prices of the allowed types in
+    the zones with a subnet, the pools' blocks and interruption record, the budget left.
+    `current_market`: the market of the instance the job runs on (None: idle)."""
+    types = [t.name for t in job.spec.resources.fitting_types() if family_of(t.name) in context.allowed_families]
+    zones = sorted(context.subnets)
+    quotes = compute.spot_prices(types, zones, now) if types else []
+    limits = job.spec.limits
+    return place(
+        job.spec,
+        [q for q in quotes if q.pool.availability_zone in context.subnets],
+        work_done_hours=work_done,
+        elapsed_hours=job.elapsed_hours(now),
+        # same-pool-first: the pool recovery asked for is exempt from the block its own loss put there.
+        blocked=active_blocks(store.blocked_pools(now), now) - {job.preferred_pool},
+        interruptions=InterruptionModel(observed=store.pool_observations()),
+        on_demand_prices={
+            name: price for name in types if (price := INSTANCE_TYPES[name].on_demand_usd_per_hour) is not None
+        },
+        budget_left_usd=None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - job.cost_usd),
+        zones=zones,
+        current_market=current_market,
+        migrates=migrates,
+    )
+
+
 def _seconds_to_safety_net(market: MarketDecision) -> int:
     """How long a waiting job may sleep before Uniform Progress's safety net is due (the slack down to
     two restart overheads and the work a preemption may lose; <= 0: due already): a job that woke later
@@ -212,9 +257,15 @@ def launch_step(
         if attempt.task_token == task_token:  # this Run task already launched (a retried invocation)
             update_job(store, job_id, _count_attempt(attempt.attempt, now))
             return _launched(attempt)
+    standby = next((a for a in attempts if a.is_standby and a.handover_from == job.attempts), None)
+    if standby is not None:
+        adopted = _adopt(store, standby, task_token, pointer.work_done_hours if pointer is not None else None)
+        if adopted is not None:
+            update_job(store, job_id, _count_attempt(adopted.attempt, now))
+            return _launched(adopted)
     # A new Run task means every earlier one is over: an attempt still open belongs to a Run that
     # Step Functions retried with a new token. Close it and stop paying for its instance.
-    stale = [a for a in attempts if a.outcome is None]
+    stale = [a for a in attempts if a.outcome is None and not (standby is not None and a.attempt == standby.attempt)]
     for attempt in stale:
         update_attempt(
             store, job_id, attempt.attempt, lambda fresh: close_attempt(fresh, AttemptOutcome.LOST, now, pointer)
@@ -227,33 +278,15 @@ def launch_step(
     refusals: list[str] = []
     for planned in job.placement:
         pool = planned.pool
-        subnet = context.subnets.get(pool.availability_zone)
-        if subnet is None or pool in blocked:
+        if context.subnets.get(pool.availability_zone) is None or pool in blocked:
             continue
-        request = LaunchRequestModel(
-            job_id=job_id,
-            job_name=job.spec.name,
-            attempt=number,
-            pool=pool,
-            subnet_id=subnet,
-            max_price=job.spec.limits.max_price_per_hour if pool.market is Market.SPOT else None,
-            client_token=client_token(job_id, number, planned),
-        )
-        try:
-            instance_id = compute.launch(request)
-        except LaunchRefused as refused:
-            refusals.append(f"{pool}: {refused.code}")
+        instance_id = launch_in_pool(job, number, planned, store=store, compute=compute, now=now, context=context)
+        if isinstance(instance_id, LaunchRefused):
+            refusals.append(f"{pool}: {instance_id.code}")
             if pool == job.preferred_pool:
                 # Tried once: from now on the pool's blocks apply to this job too, or Place and Launch
                 # would go round the refused pool without a pause (Launch -> Place has no Wait).
                 update_job(store, job_id, _forget_preference(pool, now))
-            store.block_pool(
-                BlockedPool(
-                    pool=pool,
-                    until=now + timedelta(minutes=REFUSED_POOL_BLOCK_MINUTES),
-                    reason=f"launch refused: {refused.code}",
-                )
-            )
             continue
         attempt = Attempt(
             job_id=job_id,
@@ -272,6 +305,58 @@ def launch_step(
         return _launched(attempt)
     tried = "; ".join(refusals) or "no ranked pool is usable now (blocked, or no subnet in its zone)"
     raise InsufficientInstanceCapacity(f"every ranked pool refused: {tried}")
+
+
+def launch_in_pool(
+    job: Job,
+    number: int,
+    planned: PlannedPool,
+    *,
+    store: JobStore,
+    compute: Compute,
+    now: datetime,
+    context: PlacementContext,
+) -> str | LaunchRefused:
+    """Start attempt `number`'s instance in one pool (idempotent by its client token): the instance id,
+    or the refusal, after which the pool is blocked for every job for REFUSED_POOL_BLOCK_MINUTES."""
+    pool = planned.pool
+    request = LaunchRequestModel(
+        job_id=job.job_id,
+        job_name=job.spec.name,
+        attempt=number,
+        pool=pool,
+        subnet_id=context.subnets[pool.availability_zone],
+        max_price=job.spec.limits.max_price_per_hour if pool.market is Market.SPOT else None,
+        client_token=client_token(job.job_id, number, planned),
+    )
+    try:
+        return compute.launch(request)
+    except LaunchRefused as refused:
+        store.block_pool(
+            BlockedPool(
+                pool=pool,
+                until=now + timedelta(minutes=REFUSED_POOL_BLOCK_MINUTES),
+                reason=f"launch refused: {refused.code}",
+            )
+        )
+        return refused
+
+
+def _adopt(store: JobStore, standby: Attempt, task_token: str, restored_work: float | None) -> Attempt | None:
+    """Give the standby launched ahead of a handover this Run task: its agent, waiting for a token,
+    restores the checkpoint the previous attempt committed when it handed the job back. None if the
+    standby has ended meanwhile (interrupted, timed out): Launch then launches as usual."""
+
+    def change(fresh: Attempt) -> Attempt | None:
+        if not fresh.is_standby:
+            return None
+        update: dict[str, Any] = {"task_token": task_token}
+        if restored_work is not None:
+            update["work_done_hours_at_start"] = restored_work
+        return fresh.model_copy(update=update)
+
+    adopted, changed = update_attempt(store, standby.job_id, standby.attempt, change)
+    return adopted if changed or adopted.task_token == task_token else None
 
 
 def _forget_preference(pool: Pool, now: datetime) -> Callable[[Job], None]:
@@ -308,6 +393,7 @@ def _launched(attempt: Attempt) -> dict[str, Any]:
 
 _ERROR_KINDS: dict[str, EndKind] = {
     "SpotInterrupted": EndKind.SPOT_INTERRUPTED,
+    "Migrating": EndKind.MIGRATED,
     "InstanceLost": EndKind.INSTANCE_LOST,
     "JobFailed": EndKind.JOB_FAILED,
     "States.HeartbeatTimeout": EndKind.HEARTBEAT_TIMEOUT,
@@ -424,7 +510,8 @@ def close_attempt(
     saved = 0.0
     if pointer is not None and pointer.attempt == attempt.attempt:
         saved = max(0.0, pointer.work_done_hours - attempt.work_done_hours_at_start)
-    lost = 0.0 if outcome is AttemptOutcome.SUCCEEDED else max(0.0, progress - saved)
+    # A standby never ran the job (no token): nothing of it is lost.
+    lost = 0.0 if outcome is AttemptOutcome.SUCCEEDED or attempt.is_standby else max(0.0, progress - saved)
     return attempt.model_copy(update={"outcome": outcome, "ended_at": now, "lost_work_hours": lost})
 
 
@@ -471,7 +558,13 @@ def finalize_step(
     for attempt in attempts:
         if attempt.outcome is None:
             attempt, closed_now = update_attempt(
-                store, job_id, attempt.attempt, lambda fresh: close_attempt(fresh, outcome, now, pointer)
+                store,
+                job_id,
+                attempt.attempt,
+                # a standby never given the job (launched ahead of a handover that did not happen)
+                lambda fresh: close_attempt(
+                    fresh, AttemptOutcome.CANCELLED if fresh.is_standby else outcome, now, pointer
+                ),
             )
             if closed_now and attempt.pool.market is Market.SPOT:
                 store.record_pool_usage(attempt.pool, attempt.runtime_hours(now), 0)

@@ -8,22 +8,37 @@
   BudgetExhausted (the state machine finalizes it as FAILED and terminates the instance).
 - An admitted job whose execution has ended (or never started) without reaching a terminal state is
   repaired: an ended execution fails the job with the reason; a missing one is started.
+- A job running on on-demand whose progress is ahead of the uniform line again (Uniform Progress's
+  rule 3), with a feasible spot pool, is moved back to spot, make-before-break: a spot instance is
+  launched first, as a standby attempt with no task token (a refused launch changes nothing for the
+  job: the pool is blocked as at any refusal). Once the standby runs (ec2_events, or here if that event
+  was missed) the on-demand attempt's agent is asked to checkpoint and hand the job back; Launch adopts
+  the standby. A standby that is not running within STANDBY_BOOT_SECONDS, or not adopted within
+  STANDBY_HANDOVER_SECONDS of running, is terminated and closed; the next try for the same attempt
+  waits STANDBY_RETRY_SECONDS, doubling with each failed standby. (Needs the deployment's placement
+  context; the schedule's rate is how soon a job is noticed.)
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST
-from spotrelay.control.jobs import update_attempt, update_job
-from spotrelay.control.lifecycle import account, close_attempt
-from spotrelay.control.ports import Clock, Compute, JobStore, Workflow
-from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, ensure_transition
+from spotrelay.control.jobs import ask_handover, update_attempt, update_job, withdraw_handover
+from spotrelay.control.lifecycle import PlacementContext, account, close_attempt, launch_in_pool, placement_now
+from spotrelay.control.ports import Clock, Compute, InstanceRef, JobStore, LaunchRefused, Workflow
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, ensure_transition
+from spotrelay.policy import MarketAction
 
 GONE_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+STANDBY_BOOT_SECONDS = 600
+STANDBY_HANDOVER_SECONDS = 1800  # the agent reads its record every minute; a final checkpoint takes minutes
+STANDBY_RETRY_SECONDS = 1800
+STANDBY_POOLS_TRIED = 3  # spot pools tried per reconcile run for one job (each refusal blocks its pool)
 # A launch is recorded a moment after RunInstances returns; don't call a fresh instance an orphan.
 ORPHAN_GRACE_SECONDS = 300
 
@@ -36,10 +51,22 @@ class ReconcileReport(BaseModel):
     over_budget: list[str] = []  # jobs whose Run task was failed with BudgetExhausted
     repaired_jobs: list[str] = []
     restarted_executions: list[str] = []
+    standbys: list[str] = []  # spot standbys launched ahead of a handover (job#attempt)
+    migrating: list[str] = []  # on-demand attempts asked to hand their job back to a running standby
+    dropped_standbys: list[str] = []  # standbys given up (gone, or not running/adopted in time)
+    # "job#attempt: error" of a move back to spot that raised (an EC2 or DynamoDB error): the job is left
+    # as it was, the other jobs are still reconciled, and the next run tries again
+    move_errors: list[str] = []
 
 
 def reconcile(
-    *, store: JobStore, compute: Compute, workflow: Workflow, clock: Clock, heartbeat_seconds: int
+    *,
+    store: JobStore,
+    compute: Compute,
+    workflow: Workflow,
+    clock: Clock,
+    heartbeat_seconds: int,
+    placement: PlacementContext | None = None,
 ) -> ReconcileReport:
     now = clock.now()
     orphans: list[str] = []
@@ -60,6 +87,7 @@ def reconcile(
     over_budget: list[str] = []
     repaired: list[str] = []
     restarted: list[str] = []
+    moves = _Moves()
     for job in store.active_jobs():
         status = workflow.status(job.job_id)
         if status is None:
@@ -70,7 +98,9 @@ def reconcile(
             _repair(store, compute, job.job_id, status, now)
             repaired.append(job.job_id)
             continue
-        live = [a for a in store.attempts(job.job_id) if a.outcome is None and a.attempt == job.attempts]
+        attempts = store.attempts(job.job_id)
+        _drop_stray_standbys(job, attempts, store, compute, now, moves)
+        live = [a for a in attempts if a.outcome is None and a.attempt == job.attempts]
         for attempt in live:
             if attempt.instance_id is None or attempt.task_token is None or attempt.interrupted_at is not None:
                 continue
@@ -86,13 +116,157 @@ def reconcile(
                 cause = json.dumps({"instance_id": attempt.instance_id, "state": state, "by": "reconcile"})
                 workflow.fail_task(attempt.task_token, ERROR_INSTANCE_LOST, cause)
                 lost.append(f"{job.job_id}#{attempt.attempt}")
+                continue
+            if placement is not None:
+                try:
+                    _back_to_spot(job, attempt, attempts, store, compute, now, placement, moves)
+                except Exception as e:  # one job's failed move must not stop the safety net for the others
+                    moves.errors.append(f"{job.job_id}#{attempt.attempt}: {type(e).__name__}: {e}")
     return ReconcileReport(
         terminated_orphans=orphans,
         lost_attempts=lost,
         over_budget=over_budget,
         repaired_jobs=repaired,
         restarted_executions=restarted,
+        standbys=moves.standbys,
+        migrating=moves.migrating,
+        dropped_standbys=moves.dropped,
+        move_errors=moves.errors,
     )
+
+
+@dataclass
+class _Moves:
+    standbys: list[str] = field(default_factory=list)
+    migrating: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _back_to_spot(
+    job: Job,
+    attempt: Attempt,
+    attempts: list[Attempt],
+    store: JobStore,
+    compute: Compute,
+    now: datetime,
+    context: PlacementContext,
+    moves: _Moves,
+) -> None:
+    """Move a job running on on-demand back to spot when Uniform Progress's rule 3 says so (its progress
+    is ahead of the uniform line by two restarts) and a spot pool is feasible: launch a standby there,
+    ask for the handover once it runs, give it up when it does not run or is not adopted in time."""
+    if attempt.pool.market is not Market.ON_DEMAND or attempt.running_at is None:
+        return
+    ours = [a for a in attempts if a.handover_from == attempt.attempt]
+    standby = next((a for a in ours if a.is_standby), None)
+    if standby is not None:
+        _supervise(job, attempt, standby, store, compute, now, moves)
+        return
+    if attempt.migrate_requested_at is not None or job.spec.limits.deadline_hours is None:
+        return
+    failed = [a for a in ours if a.outcome is not None and a.ended_at is not None]
+    if failed:
+        last = max(a.ended_at for a in failed if a.ended_at is not None)
+        if now < last + timedelta(seconds=STANDBY_RETRY_SECONDS * 2 ** (len(failed) - 1)):
+            return
+    ran = max(0.0, (now - attempt.running_at).total_seconds() / 3600)
+    progress = max(job.work_done_hours, attempt.work_done_hours_at_start + ran * attempt.relative_speed)
+    decision = placement_now(
+        job, progress, store=store, compute=compute, now=now, context=context, current_market=Market.ON_DEMAND
+    )
+    if decision.market.action is not MarketAction.SPOT:
+        return
+    number = max([job.attempts, *(a.attempt for a in attempts)]) + 1
+    spot = [r for r in decision.ranked if r.pool.market is Market.SPOT and r.pool.availability_zone in context.subnets]
+    for ranked in spot[:STANDBY_POOLS_TRIED]:
+        planned = PlannedPool(pool=ranked.pool, hourly_price=ranked.hourly_price, relative_speed=ranked.relative_speed)
+        launched = launch_in_pool(job, number, planned, store=store, compute=compute, now=now, context=context)
+        if isinstance(launched, LaunchRefused):
+            continue
+        store.put_attempt(
+            Attempt(
+                job_id=job.job_id,
+                attempt=number,
+                pool=planned.pool,
+                hourly_price=planned.hourly_price,
+                instance_id=launched,
+                started_at=now,
+                relative_speed=planned.relative_speed,
+                work_done_hours_at_start=progress,  # Launch sets the restored checkpoint's at the adoption
+                handover_from=attempt.attempt,
+            )
+        )
+        store.put_instance_ref(InstanceRef(instance_id=launched, job_id=job.job_id, attempt=number))
+        moves.standbys.append(f"{job.job_id}#{number}")
+        return
+
+
+def _supervise(
+    job: Job, attempt: Attempt, standby: Attempt, store: JobStore, compute: Compute, now: datetime, moves: _Moves
+) -> None:
+    """A standby of the job's current on-demand attempt: ask for the handover once it runs (if the
+    `running` event was missed), give it up if it is gone or late."""
+    assert standby.instance_id is not None
+    state = compute.instance_states([standby.instance_id]).get(standby.instance_id, "unknown")
+    young = (now - standby.started_at).total_seconds() < ORPHAN_GRACE_SECONDS
+    running_at = standby.running_at or (now if state == "running" else None)
+    late = (
+        (now - standby.started_at).total_seconds() > STANDBY_BOOT_SECONDS
+        if running_at is None
+        else (now - running_at).total_seconds() > STANDBY_HANDOVER_SECONDS
+    )
+    if state in GONE_STATES or (state == "unknown" and not young) or late:
+        _drop(standby, store, compute, now, moves, outcome=AttemptOutcome.LOST if not late else None)
+        update_attempt(store, job.job_id, attempt.attempt, withdraw_handover)
+        return
+    if running_at is None:
+        return
+    if standby.running_at is None:
+        update_attempt(
+            store,
+            job.job_id,
+            standby.attempt,
+            lambda fresh: fresh.model_copy(update={"running_at": now}) if fresh.running_at is None else None,
+        )
+    _, asked = update_attempt(store, job.job_id, attempt.attempt, ask_handover(now))
+    if asked:
+        moves.migrating.append(f"{job.job_id}#{attempt.attempt}")
+
+
+def _drop_stray_standbys(
+    job: Job, attempts: list[Attempt], store: JobStore, compute: Compute, now: datetime, moves: _Moves
+) -> None:
+    """A standby whose attempt is no longer the job's current one, and that Launch did not adopt (the job
+    moved on another way), is of no use: terminate and close it. A standby waits for its adoption while
+    its attempt has ended but Recover has not moved the job on yet (the attempt is still job.attempts)."""
+    for standby in attempts:
+        if standby.is_standby and standby.handover_from != job.attempts:
+            _drop(standby, store, compute, now, moves, outcome=None)
+
+
+def _drop(
+    standby: Attempt,
+    store: JobStore,
+    compute: Compute,
+    now: datetime,
+    moves: _Moves,
+    *,
+    outcome: AttemptOutcome | None,
+) -> None:
+    """Terminate a standby and close it (LOST if its instance went away, else LAUNCH_FAILED: it never
+    took the job over)."""
+    if standby.instance_id is not None:
+        compute.terminate([standby.instance_id])
+    closed_as = outcome or AttemptOutcome.LAUNCH_FAILED
+    _, closed = update_attempt(
+        store,
+        standby.job_id,
+        standby.attempt,
+        lambda fresh: close_attempt(fresh, closed_as, now, None) if fresh.is_standby else None,
+    )
+    if closed:
+        moves.dropped.append(f"{standby.job_id}#{standby.attempt}")
 
 
 def _over_budget(job: Job, attempt: Attempt, now: datetime) -> bool:

@@ -460,6 +460,12 @@ class Replay:
         self._workers_by_attempt[(job_id, attempt)] = worker
         price = f", ${launch.spot_price:.3f}/h" if launch.spot_price is not None else ""
         verb = "placed on" if attempt == 1 else f"relaunched (attempt {attempt}) on"
+        try:
+            handover_from = self.store.get_attempt(job_id, attempt).handover_from
+        except NotFoundError:  # recorded a moment after the launch returns
+            handover_from = None
+        if handover_from is not None:
+            verb = f"standby (attempt {attempt}) to take over from attempt {handover_from}, launched on"
         self.note(
             tracked.submission.name,
             f"{verb} {launch.pool.instance_type} in {launch.pool.availability_zone} ({launch.pool.market}{price})",

@@ -14,6 +14,19 @@ A worker plays the instance and its agent for one attempt:
                        (final=True), SendTaskFailure SpotInterrupted; the instance ends 2 minutes
                        after the notice (`terminated` state change)
     a rebalance:       a checkpoint now
+    a migration:       make-before-break. The control plane launches the spot instance first, as a
+                       standby attempt (`handover_from` set, no task token); its worker boots, says
+                       `running` and reads its attempt record every STANDBY_POLL while the old instance
+                       keeps working. Seeing the standby running, the control plane sets
+                       `migrate_requested_at` on the old attempt; at its next heartbeat or periodic
+                       checkpoint the old worker reads its record and stops as at a notice: the final
+                       checkpoint (final=True), SendTaskFailure Migrating. Recover terminates the old
+                       instance (its `terminated` state change follows; the market's two minutes do not
+                       apply) and Launch writes the next Run task's token into the standby's record: at
+                       its next read the standby restores the pointer's checkpoint (the old attempt's
+                       final one) and runs the job from there. A standby whose record is closed, or that
+                       gets no token within STANDBY_WAIT, stops reading and does nothing more (the
+                       control plane terminates its instance)
 
 Progress is `relative_speed` of the instance's GPU (spotrelay.catalog) reference-GPU hours per hour
 of running. What is real: every AWS call the agent makes and its checkpoint code. What is not: the
@@ -32,21 +45,25 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+from spotrelay.agent.agent import STANDBY_WAIT_SECONDS
 from spotrelay.agent.checkpointer import Checkpointer, CheckpointResult
 from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME
 from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.catalog import INSTANCE_TYPES, relative_speed
-from spotrelay.config import ERROR_SPOT_INTERRUPTED
+from spotrelay.config import ERROR_MIGRATING, ERROR_SPOT_INTERRUPTED
+from spotrelay.control.ports import NotFoundError
 from spotrelay.local.ec2_market import Launch
-from spotrelay.models import Market
+from spotrelay.models import Attempt, Market
 
 BOOT = timedelta(seconds=60)  # launch -> `running`
 HEARTBEAT = timedelta(minutes=10)  # within the stack's HeartbeatSeconds (900 s)
 NOTICE = timedelta(minutes=2)  # interruption warning -> termination
 JOB_STOP_SECONDS = 20  # the simulated job stops this long after SIGTERM (at most its grace)
-TERMINATED_AFTER_EXIT = timedelta(seconds=30)  # Finalize's TerminateInstances -> `terminated`
+TERMINATED_AFTER_EXIT = timedelta(seconds=30)  # Finalize's (or Recover's) TerminateInstances -> `terminated`
+STANDBY_POLL = timedelta(seconds=60)  # a standby's agent reads its attempt record for the task token
+STANDBY_WAIT = timedelta(seconds=STANDBY_WAIT_SECONDS)  # then it gives up (the control plane terminates it)
 STATE_FILE = "state.json"
 
 
@@ -80,8 +97,9 @@ class SimulatedWorker:
     interval: timedelta
     grace_seconds: int
     interruption_at: datetime | None  # when the market takes the instance back (None: never)
-    state: str = "booting"  # booting | running | stopping | gone
-    running_at: datetime | None = None
+    state: str = "booting"  # booting | standby (running, no job yet) | running | stopping | gone
+    running_at: datetime | None = None  # the instance's `running`
+    job_started_at: datetime | None = None  # the job's start: `running`, or a standby's handover
     work_at_start: float = 0.0
     token: str | None = None
     checkpointer: Checkpointer | None = None
@@ -105,20 +123,52 @@ class SimulatedWorker:
             self.host.schedule(warning, f"{self.instance_id} notice", lambda: self.notice("market"))
 
     def work_done(self, when: datetime) -> float:
-        if self.running_at is None or when <= self.running_at:
+        if self.job_started_at is None or when <= self.job_started_at:
             return self.work_at_start
-        hours = (when - self.running_at).total_seconds() / 3600
+        hours = (when - self.job_started_at).total_seconds() / 3600
         return min(self.work_hours, self.work_at_start + hours * self.speed)
 
     def _running(self) -> None:
         if self.state != "booting":
             return
         self.host.emit("running", self.instance_id)
+        self.running_at = self.host.now()
+        record = self.host.store.get_attempt(self.job_id, self.attempt)
+        if record.handover_from is not None and record.task_token is None:
+            self.state = "standby"
+            waiting = f"waiting for attempt {record.handover_from}'s job to be handed over"
+            self.host.note(self.job_name, f"attempt {self.attempt} on standby: {waiting}")
+            self._await_handover(record)
+            return
+        self._start_job(record.task_token)
+
+    def _await_handover(self, record: Attempt | None = None) -> None:
+        """A standby's agent: its attempt record (read now, then every STANDBY_POLL) until Launch writes
+        the Run task's token into it; closed by the control plane, or no token within STANDBY_WAIT of
+        `running`: it stops reading and does nothing more."""
+        if self.state != "standby":
+            return  # a notice (stopping) or a loss (gone) came first
+        now = self.host.now()
+        if record is None:
+            record = self.host.store.get_attempt(self.job_id, self.attempt)
+        if record.task_token is not None:
+            self._start_job(record.task_token)
+            return
+        assert self.running_at is not None
+        if record.outcome is not None or now - self.running_at >= STANDBY_WAIT:
+            why = f"attempt closed: {record.outcome}" if record.outcome is not None else "no task token in time"
+            self.host.note(self.job_name, f"attempt {self.attempt}: standby never handed the job ({why}); agent stops")
+            self.state = "gone"
+            self.outcome = "abandoned"
+            return
+        self._next_tick(now + STANDBY_POLL, self._await_handover)
+
+    def _start_job(self, token: str | None) -> None:
+        """The agent has its task token: restore the pointer's checkpoint, run the job from there."""
         now = self.host.now()
         self.state = "running"
-        self.running_at = now
-        attempt = self.host.store.get_attempt(self.job_id, self.attempt)
-        self.token = attempt.task_token
+        self.job_started_at = now
+        self.token = token
         self.checkpointer = Checkpointer(
             job_id=self.job_id,
             attempt=self.attempt,
@@ -150,6 +200,8 @@ class SimulatedWorker:
     def _heartbeat(self) -> None:
         if self.state != "running" or self.token is None:
             return
+        if self._migration_requested():
+            return
         if not self.host.tokens.heartbeat(self.token):
             # The control plane ended the Run task (cancel, reconcile, a notice it saw first).
             self.host.note(self.job_name, f"attempt {self.attempt}: the task token is closed; the agent stops")
@@ -160,6 +212,8 @@ class SimulatedWorker:
 
     def _periodic(self) -> None:
         if self.state != "running":
+            return
+        if self._migration_requested():
             return
         self.checkpoint("periodic")
         self._next_tick(self.host.now() + self.interval, self._periodic)
@@ -201,6 +255,17 @@ class SimulatedWorker:
             lambda: self.host.emit("terminated", self.instance_id),
         )
 
+    def _migration_requested(self) -> bool:
+        """The agent's read of its attempt record: if the control plane asked for a migration, stop."""
+        try:
+            record = self.host.store.get_attempt(self.job_id, self.attempt)
+        except NotFoundError:
+            return False
+        if record.migrate_requested_at is None:
+            return False
+        self.migrate(record.migrate_requested_at)
+        return True
+
     # --- from outside --------------------------------------------------------------------------------
 
     def notice(self, source: str) -> None:
@@ -212,23 +277,54 @@ class SimulatedWorker:
         if source == "market":
             self.host.emit("warning", self.instance_id)
         self.host.note(self.job_name, f"interrupted: spot interruption warning for {self.instance_id} ({source})")
-        booting = self.state == "booting"
+        self._stop_job(ERROR_SPOT_INTERRUPTED)
+        self.host.schedule(now + NOTICE, f"{self.instance_id} terminated", self._terminated)
+
+    def migrate(self, requested_at: datetime) -> None:
+        """The control plane's request to move the job back to spot (the attempt record's
+        `migrate_requested_at`): the job stops as at a notice, the task fails with Migrating."""
+        if self.state != "running":
+            return
+        self.host.note(
+            self.job_name,
+            f"migrating back to spot: {self.instance_id} stops its job (requested at {requested_at:%Y-%m-%d %H:%M:%S})",
+        )
+        self._stop_job(ERROR_MIGRATING, {"reason": "migrate", "requested_at": requested_at.isoformat()})
+
+    def _stop_job(self, error: str, reported: dict[str, str] | None = None) -> None:
+        """SIGTERM: the job saves its state and stops within its grace, then the final checkpoint and
+        SendTaskFailure `error` (with `reported` in the cause). A booting instance, or a standby not yet
+        handed the job, has no job to stop."""
+        now = self.host.now()
+        no_job = self.state in {"booting", "standby"}
         self.state = "stopping"
         stopped_at = now + timedelta(seconds=min(JOB_STOP_SECONDS, self.grace_seconds))
         work = self.work_done(now)  # the job saves its state at SIGTERM
-        if not booting:
-            self.host.schedule(stopped_at, f"{self.instance_id} final checkpoint", lambda: self._final(work))
-        self.host.schedule(now + NOTICE, f"{self.instance_id} terminated", self._terminated)
+        if not no_job:
+            self.host.schedule(
+                stopped_at, f"{self.instance_id} final checkpoint", lambda: self._final(work, error, reported or {})
+            )
 
-    def _final(self, work: float) -> None:
+    def _final(self, work: float, error: str, reported: dict[str, str]) -> None:
         result = self.checkpoint("final", final=True, work=work)
         if self.token is not None:
-            cause = {
+            cause: dict[str, object] = {
                 "attempt": self.attempt,
                 "checkpoint_seq": result.seq if result else None,
                 "committed": bool(result and result.committed),
+                **reported,
             }
-            self.host.tokens.fail(self.token, ERROR_SPOT_INTERRUPTED, json.dumps(cause, sort_keys=True))
+            self.host.tokens.fail(self.token, error, json.dumps(cause, sort_keys=True))
+        if error == ERROR_MIGRATING:
+            self.state = "gone"
+            self.outcome = "migrated"
+            saved = "checkpointed" if result is not None and result.committed else "no checkpoint committed"
+            self.host.note(self.job_name, f"migrating back to spot: {saved}; the task fails with {ERROR_MIGRATING}")
+            self.host.schedule(
+                self.host.now() + TERMINATED_AFTER_EXIT,
+                f"{self.instance_id} terminated",
+                lambda: self.host.emit("terminated", self.instance_id),
+            )
 
     def _terminated(self) -> None:
         if self.state == "gone" and self.outcome == "terminated":

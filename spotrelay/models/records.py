@@ -52,6 +52,7 @@ class AttemptOutcome(StrEnum):
     LOST = "LOST"  # the instance stopped or vanished without a notice, or stopped heartbeating
     LAUNCH_FAILED = "LAUNCH_FAILED"  # InsufficientInstanceCapacity, price above the cap, ...
     CANCELLED = "CANCELLED"
+    MIGRATED = "MIGRATED"  # the control plane moved the job from on-demand back to spot (Migrating)
 
 
 class Attempt(BaseModel):
@@ -73,11 +74,23 @@ class Attempt(BaseModel):
     running_at: AwareDatetime | None = None  # the instance reached `running`
     interrupted_at: AwareDatetime | None = None  # the spot interruption warning arrived
     rebalance_at: AwareDatetime | None = None  # a rebalance recommendation arrived
+    # Migration back to spot is make-before-break. Reconcile launches a spot instance ahead, as a standby
+    # attempt that names the attempt it replaces (`handover_from`) and has no task token yet. Once the standby
+    # is running, the control plane asks the current attempt's agent to checkpoint and hand the job back
+    # (`migrate_requested_at`); it answers like a spot notice, with the error Migrating. Launch then gives
+    # the standby the next Run task's token and its agent restores the checkpoint.
+    migrate_requested_at: AwareDatetime | None = None
+    handover_from: int | None = Field(default=None, ge=1, description="the attempt this standby replaces")
     lost_work_hours: float = Field(default=0, ge=0, description="reference-GPU hours done and not checkpointed")
 
     @property
     def is_live(self) -> bool:
         return self.outcome is None
+
+    @property
+    def is_standby(self) -> bool:
+        """Launched ahead of a handover and not yet given a Run task (no token): no Run task to fail."""
+        return self.handover_from is not None and self.task_token is None and self.outcome is None
 
     def runtime_hours(self, now: datetime) -> float:
         end = self.ended_at or now

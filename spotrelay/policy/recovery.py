@@ -33,6 +33,7 @@ class EndKind(StrEnum):
     """Why an attempt ended; the values are the error names the state machine sees."""
 
     SPOT_INTERRUPTED = "SpotInterrupted"
+    MIGRATED = "Migrating"  # the control plane moved the job off on-demand (the agent checkpointed first)
     INSTANCE_LOST = "InstanceLost"
     HEARTBEAT_TIMEOUT = "HeartbeatTimeout"
     JOB_FAILED = "JobFailed"
@@ -52,6 +53,8 @@ class EndKind(StrEnum):
     def outcome(self) -> AttemptOutcome:
         if self is EndKind.SPOT_INTERRUPTED:
             return AttemptOutcome.INTERRUPTED
+        if self is EndKind.MIGRATED:
+            return AttemptOutcome.MIGRATED
         if self is EndKind.JOB_FAILED:
             return AttemptOutcome.FAILED
         if self.is_launch_failure:
@@ -136,6 +139,12 @@ def has_other_spot_pool(job: Job, pool: Pool) -> bool:
     return any(p.pool != pool and p.pool.market is Market.SPOT for p in job.placement)
 
 
+def _migrated(event: AttemptEnded) -> Relaunch:
+    """The control plane moved the job off on-demand through a checkpoint: nothing was lost or refused,
+    no block, no interruption counted; Place chooses again (spot, as the decision to migrate said)."""
+    return Relaunch(reason=f"moved off {event.pool} to go back to spot")
+
+
 def _only_pool(event: AttemptEnded) -> Relaunch:
     """The lost pool is the only spot pool the job had: no block of the job's own, and the job is exempt
     from the pool's blocks (the warning's, a refused launch's), as a preferred pool is."""
@@ -172,6 +181,8 @@ class EagerNextPool:
             return failed
         if event.kind is EndKind.JOB_FAILED:
             return _restart_same_code(event)
+        if event.kind is EndKind.MIGRATED:
+            return _migrated(event)
         if not has_other_spot_pool(job, event.pool):
             return _only_pool(event)
         return Relaunch(
@@ -193,6 +204,8 @@ class SamePoolFirst:
             return failed
         if event.kind is EndKind.JOB_FAILED:
             return _restart_same_code(event)
+        if event.kind is EndKind.MIGRATED:
+            return _migrated(event)
         earlier = [a for a in attempts if a.attempt < event.attempt]
         previous = max(earlier, key=lambda a: a.attempt, default=None)
         lost_here_before = (

@@ -5,7 +5,8 @@ every file in its checkpoint dir) and appends one line per start to `runs.log` (
 It writes `weights.bin` once (atomically) and says `ready-<attempt>`. Then it waits for the test:
 - `step-<attempt>-<k>`: rewrite `step.txt` with k and the progress file, then say `stepped-<attempt>-<k>`;
 - `exit-<attempt>` containing N: print 30 numbered lines and exit with N.
-On SIGTERM it saves `final.bin` (its final checkpoint) and progress 1.5, then exits 0.
+On SIGTERM it saves `final.bin` (its final checkpoint) and progress 1.5, then exits 0; while
+`hold-term-<attempt>` exists it waits first (a job still saving when its agent dies).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def save(name, data):
 
 
 def on_term(signum, frame):
+    while (control / f"hold-term-{attempt}").exists():
+        time.sleep(0.01)
     save("final.bin", (f"final checkpoint of attempt {attempt}\n" * 2000).encode())
     progress.write_text("1.5")
     print("saved the final checkpoint", flush=True)

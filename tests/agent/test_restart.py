@@ -10,19 +10,21 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
+from spotrelay.config import ERROR_MIGRATING, TAG_ATTEMPT, TAG_JOB_ID
 
 from .conftest import BUCKET, JOB_ID, REGION, ROLE_ARN, RUN_ONLY, TABLE, World, aws_environment, create_table, job_spec
 from .imds_stub import ImdsStub
 from .jobs import wait_until, write_job
 
 AGENT = "from spotrelay.cli import main; main()"
+MIGRATING = "migration back to spot requested: stopping the job and checkpointing"
 
 
 def moto_config(endpoint: str, execute: bool) -> None:
@@ -73,7 +75,7 @@ def server_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, imds: ImdsStub
 class AgentProcess:
     """`spotrelay agent` in a child process, its output in a file."""
 
-    def __init__(self, name: str, tmp_path: Path, imds: ImdsStub) -> None:
+    def __init__(self, name: str, tmp_path: Path, imds: ImdsStub, *, fast_migrate_poll: bool = False) -> None:
         self.output = tmp_path / f"{name}.out"
         env = {**os.environ, "SPOTRELAY_TABLE": TABLE, "SPOTRELAY_BUCKET": BUCKET}
         with self.output.open("wb") as out:
@@ -93,6 +95,8 @@ class AgentProcess:
                     "0.05",
                     "--heartbeat-seconds",
                     "1",
+                    "--migrate-poll-seconds",
+                    "0.1" if fast_migrate_poll else "60",
                 ],
                 env=env,
                 stdout=out,
@@ -145,4 +149,47 @@ def test_a_restarted_agent_reattaches_to_the_running_job_instead_of_running_it_a
     third = AgentProcess("agent-3", tmp_path, imds)
     assert third.wait() == 0
     assert third.logged("outcome already reported: nothing to do")
+    assert (control / "runs.log").read_text().splitlines() == ["attempt 1 resumed=0"]
+
+
+def test_a_restarted_agent_finishes_the_migration_it_had_begun_and_does_not_run_the_job_again(
+    server_world: World, imds: ImdsStub, tmp_path: Path
+) -> None:
+    # Given an agent running attempt 1 on an on-demand instance, whose job takes its time to save at SIGTERM
+    world = server_world
+    command, control = write_job(tmp_path)
+    world.submit(job_spec(command, Path("/not-used"), grace_seconds=60))
+    world.add_attempt(1, world.open_task("run-1"))
+    imds.tags = {TAG_JOB_ID: JOB_ID, TAG_ATTEMPT: "1"}
+    first = AgentProcess("agent-1", tmp_path, imds, fast_migrate_poll=True)
+    wait_until((control / "ready-1").exists, what="the job to start")
+    (control / "hold-term-1").write_text("")
+
+    # When the control plane asks for a migration, and the agent dies while the job is saving
+    record = world.store.get_attempt(JOB_ID, 1)
+    world.store.put_attempt(record.model_copy(update={"migrate_requested_at": datetime.now(UTC)}))
+    wait_until(lambda: first.logged(MIGRATING), what="the agent to act on the request")
+    first.process.kill()
+    first.wait()
+    second = AgentProcess("agent-2", tmp_path, imds, fast_migrate_poll=True)
+    wait_until(lambda: second.logged("re-attached to the running job"), what="the restarted agent to re-attach")
+    (control / "hold-term-1").unlink()
+
+    # Then the restarted agent goes on with the migration: the final checkpoint, the task fails with Migrating
+    assert second.wait() == 0
+    assert second.logged(MIGRATING)
+    execution = world.execution("run-1")
+    assert (execution["status"], execution.get("error")) == ("FAILED", ERROR_MIGRATING)
+    pointer = world.store.get_checkpoint(JOB_ID)
+    assert pointer is not None
+    assert (pointer.attempt, pointer.final, pointer.work_done_hours) == (1, True, 1.5)
+    state = json.loads((tmp_path / "state" / f"{JOB_ID}-1.json").read_text())
+    assert state["outcome"]["kind"] == "migrated"
+    assert state["outcome"]["cause"]["reason"] == "migrate"
+    assert state["outcome"]["cause"]["committed"] is True
+    # (going on from its state file, not from a new read of the request)
+    reattached = next(line for line in second.lines() if line.get("message") == "re-attached to the running job")
+    assert reattached["stopping_for"] == "migrate"
+    # and the job ran once: it was not started again, nor watched to its end
+    assert not second.logged("job started")
     assert (control / "runs.log").read_text().splitlines() == ["attempt 1 resumed=0"]

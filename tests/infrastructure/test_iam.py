@@ -65,10 +65,11 @@ def test_resource_star_only_for_actions_without_resource_level_permissions(allow
             assert set(statement.actions) <= ACTIONS_WITHOUT_RESOURCE_LEVEL_PERMISSIONS, statement
 
 
+@pytest.mark.parametrize("function", ["launch", "reconcile"])
 def test_run_instances_only_for_allowed_gpu_families_and_only_tagged(
-    synthesized: Synthesized, allows: list[Statement]
+    synthesized: Synthesized, allows: list[Statement], function: str
 ) -> None:
-    launch = _role(synthesized, "launch")
+    launch = _role(synthesized, function)
     for action in ("ec2:RunInstances", "ec2:CreateFleet"):
         on_instances = [s for s in _granted(allows, launch, action) if f"{EC2_PREFIX}instance/*" in s.resources]
         assert len(on_instances) == 1
@@ -84,10 +85,13 @@ def test_run_instances_only_for_allowed_gpu_families_and_only_tagged(
                 assert not any(r.endswith(":instance/*") or r == "*" for r in other.resources)
 
 
-def test_no_role_but_launch_may_launch_or_pass_roles(synthesized: Synthesized, allows: list[Statement]) -> None:
-    launch = _role(synthesized, "launch")
+def test_no_role_but_launch_and_reconcile_may_launch_or_pass_roles(
+    synthesized: Synthesized, allows: list[Statement]
+) -> None:
+    # reconcile launches the spot standby of a job it moves off on-demand (make-before-break)
+    launchers = {_role(synthesized, "launch"), _role(synthesized, "reconcile")}
     for action in ("ec2:RunInstances", "ec2:CreateFleet", "iam:PassRole"):
-        assert {role for s in allows if action in s.actions for role in s.roles} == {launch}
+        assert {role for s in allows if action in s.actions for role in s.roles} == launchers
 
 
 def test_pass_role_only_for_the_worker_role_and_only_to_ec2(synthesized: Synthesized, allows: list[Statement]) -> None:

@@ -96,6 +96,7 @@ def test_run_waits_for_the_task_token_with_a_heartbeat_and_catches_in_order(
         {
             "ErrorEquals": [
                 "SpotInterrupted",
+                "Migrating",
                 "InstanceLost",
                 "JobFailed",
                 "States.HeartbeatTimeout",

@@ -27,7 +27,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.checkpoint_retention_days == 30
     assert config.log_level == "INFO"
     assert config.heartbeat_seconds == 900
-    assert config.block_minutes == 60
+    assert config.block_minutes == 3
     assert "${AWS::Region}" in config.powertools_layer_arn
     assert config.worker_ami_ssm_parameter.startswith("/aws/service/deeplearning/ami/x86_64/")
     assert config.creates_vpc

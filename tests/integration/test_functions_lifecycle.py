@@ -19,6 +19,7 @@ from spotrelay.policy import BlockedPool
 
 from .function_harness import (
     ALLOWED_FAMILIES,
+    BLOCK_MINUTES,
     Deployment,
     event_time,
     recorded_event,
@@ -144,6 +145,7 @@ def test_recover_waits_for_the_final_checkpoint_then_relaunches(deployment: Depl
     # Given an attempt that got its spot interruption warning just now (no checkpoint of it yet)
     started = deployment.clock.now()
     instance_id, pool = interrupted_job(deployment)
+    warned_at = deployment.clock.now()
     assert deployment.outcome(JOB) == ("FAILED", "SpotInterrupted")
 
     # When Recover runs at once
@@ -170,10 +172,14 @@ def test_recover_waits_for_the_final_checkpoint_then_relaunches(deployment: Depl
     assert (job.state, job.interruptions) == (JobState.RECOVERING, 1)
     assert job.cost_usd == pytest.approx(expected_cost)
     assert job.cost_usd > 0
-    # eager-next-pool blocks the lost pool for the job's recovery.block_minutes from now (longer than the
-    # warning's block, which it replaces)
+    # eager-next-pool blocks the lost pool for the job's recovery.block_minutes from now, and the warning
+    # blocked it for the deployment's BLOCK_MINUTES from the notice: a block is only ever extended, so
+    # the later of the two stands
     blocks = {b.pool: b.until for b in deployment.store.blocked_pools(now)}
-    assert blocks[pool] == now + timedelta(minutes=job.spec.recovery.block_minutes)
+    recovery_block = now + timedelta(minutes=job.spec.recovery.block_minutes)
+    warning_block = warned_at + timedelta(minutes=BLOCK_MINUTES)
+    assert recovery_block < warning_block
+    assert blocks[pool] == warning_block
     # the warning counted the interruption; recovery adds the instance-hours, not a second interruption
     stats = deployment.store.pool_observations()[pool.offering]
     assert stats.interruptions == 1

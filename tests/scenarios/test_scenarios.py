@@ -103,6 +103,25 @@ def test_capacity_outage_waits_then_places(replayed: Replayed) -> None:
     assert result.to_json()["expectations"] == {"passed": 1, "failed": 0}
 
 
+def test_a_job_that_caught_up_on_demand_moves_back_to_spot_make_before_break(replayed: Replayed) -> None:
+    result = replayed("back-to-spot")
+    entry = job(result, "trainer")
+    # Spot, spot (both lost to the outage), on-demand to catch up, then back to spot for the rest
+    assert pools(entry) == [
+        ("g6.xlarge", "us-east-1a", "spot", "INTERRUPTED"),
+        ("g6.xlarge", "us-east-1b", "spot", "INTERRUPTED"),
+        ("g6.xlarge", "us-east-1a", "on-demand", "MIGRATED"),
+        ("g6.xlarge", "us-east-1a", "spot", "SUCCEEDED"),
+    ]
+    on_demand, standby = entry["attempts"][2], entry["attempts"][3]
+    # The spot instance started before the on-demand one stopped (make-before-break), once spot was back
+    assert hours_after_start(standby["start"]) >= 2.5
+    assert hours_after_start(standby["start"]) < hours_after_start(on_demand["end"])
+    # and the job resumed from the checkpoint the on-demand attempt committed when it handed over
+    assert any(text.startswith("attempt 4 resumed from checkpoint 3-") for text in timeline(result, "trainer"))
+    assert result.to_json()["expectations"] == {"passed": 1, "failed": 0}
+
+
 def test_price_above_the_cap_moves_the_job(replayed: Replayed) -> None:
     entry = job(replayed("price-above-cap"), "capped")
     assert pools(entry) == [

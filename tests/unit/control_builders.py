@@ -192,6 +192,7 @@ class World:
             workflow=self.workflow,
             clock=self.clock,
             heartbeat_seconds=HEARTBEAT_SECONDS,
+            placement=CONTEXT,
         )
 
     def handle(self, event: Ec2Event) -> EventOutcome:

@@ -6,6 +6,7 @@ on-demand $3.06/h (p3.2xlarge in the catalog).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -34,8 +35,8 @@ from spotrelay.models import Market, Pool, RecoveryStrategyName
 SPOT = 0.97
 ON_DEMAND = 3.06
 START = datetime(2023, 2, 15, tzinfo=UTC)
-SPOT_POLICIES = ("greedy", "uniform-progress", "skypilot-eager", "spotrelay", "spotrelay+migrate")
-DEADLINE_AWARE = ("on-demand", "greedy", "uniform-progress", "spotrelay", "spotrelay+migrate")
+SPOT_POLICIES = ("greedy", "uniform-progress", "skypilot-eager", "spotrelay", "spotrelay-no-migrate")
+DEADLINE_AWARE = ("on-demand", "greedy", "uniform-progress", "spotrelay", "spotrelay-no-migrate")
 
 
 def trace_json(data: Sequence[int], gap_seconds: float = 3600) -> str:
@@ -222,15 +223,15 @@ def test_spotrelay_blocks_a_pool_that_refuses_the_launch_and_takes_the_next() ->
     assert replay("spotrelay", job, market).cost == pytest.approx(SPOT * 10.1)
 
 
-def test_spotrelay_stays_on_demand_once_there_and_the_migrating_variant_goes_back_to_spot() -> None:
+def test_spotrelay_goes_back_to_spot_from_on_demand_and_the_variant_without_migration_stays() -> None:
     # Given no spot for the first 4 h, then spot for good, and a tight deadline
     market = market_of({"us-east-1a": [0] * 4 + [1] * 60})
     job = bench_job(["us-east-1a"], work=20, deadline=24, overhead=0.1)
 
-    stays = replay("spotrelay", job, market)
-    moves = replay("spotrelay+migrate", job, market)
+    moves = replay("spotrelay", job, market)
+    stays = replay("spotrelay-no-migrate", job, market)
 
-    # Then the control plane as it is keeps the job on on-demand; re-placing it brings it back to spot
+    # Then the control plane (reconcile) moves the job back to spot; without that it stays on on-demand
     assert stays.spot_hours == 0
     assert moves.spot_hours > 0
     assert moves.cost < stays.cost
@@ -238,24 +239,23 @@ def test_spotrelay_stays_on_demand_once_there_and_the_migrating_variant_goes_bac
     assert moves.deadline_met
 
 
-def test_spotrelay_waits_for_spot_while_behind_and_the_migrating_variant_catches_up_on_demand() -> None:
+def test_spotrelay_catches_up_on_demand_while_behind_and_the_variant_without_migration_waits() -> None:
     # Given no spot for the first 3 h, then spot for good, and a deadline with room (10 h of work in 30 h)
     market = market_of({"us-east-1a": [0] * 3 + [1] * 60})
     job = bench_job(["us-east-1a"], work=10, deadline=30, overhead=0.1)
 
-    waits = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
-    catches_up = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay+migrate"], keep_timeline=True)
+    waits = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay-no-migrate"], keep_timeline=True)
+    catches_up = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
 
-    # Then the control plane (which never moves a job back from on-demand) waits behind the uniform line and
-    # runs on spot only: the work and one restart at the spot price
+    # Then without migration the job waits behind the uniform line and runs on spot only: the work and one
+    # restart at the spot price
     assert [s.pool.market for s in waits.segments if s.kind == "run"] == [Market.SPOT]
     assert waits.cost == pytest.approx(SPOT * 10.1)
     assert waits.deadline_met
-    # while the migrating variant catches up on on-demand first (rule 1), then goes back to spot (rule 3)
+    # while spotrelay catches up on on-demand first (rule 1), then goes back to spot (rule 3, reconcile)
     markets = [s.pool.market for s in catches_up.segments if s.kind == "run"]
     assert markets[0] is Market.ON_DEMAND
     assert markets[-1] is Market.SPOT
-    assert catches_up.cost > waits.cost
     assert catches_up.deadline_met
 
 
@@ -270,6 +270,8 @@ def test_spotrelay_does_not_keep_a_single_zone_job_off_its_only_pool_after_a_pre
     )
     market = builder.build()
     job = bench_job(["us-east-1a"], work=10, deadline=30, overhead=0.1)
+    spec = job.spec.model_copy(update={"recovery": job.spec.recovery.model_copy(update={"block_minutes": 60})})
+    job = dataclasses.replace(job, spec=spec)
 
     # When spotrelay (eager-next-pool, block_minutes 60) runs it
     result = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
@@ -290,8 +292,10 @@ def test_spotrelay_keeps_the_work_at_risk_in_the_net_for_a_job_that_does_not_sav
     saving = bench_job(["us-east-1a"], work=10, deadline=14.6, overhead=0.1)
     assert periodic.spec.checkpoint.grace_seconds == 0
 
-    at_risk = simulate(JobContext(periodic, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
-    safe = simulate(JobContext(saving, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
+    at_risk = simulate(
+        JobContext(periodic, MarketView(market)), ALL_POLICIES["spotrelay-no-migrate"], keep_timeline=True
+    )
+    safe = simulate(JobContext(saving, MarketView(market)), ALL_POLICIES["spotrelay-no-migrate"], keep_timeline=True)
 
     # Then the job that saves at the notice waits for spot (its net is at time left < 10 + 2 x 0.1 h: 4.4 h),
     # while the periodic one goes on-demand when time left < 10 + 0.2 + 0.5 h, at 3.9 h, before spot returns
@@ -308,7 +312,8 @@ def test_spotrelay_goes_on_demand_at_the_safety_net_with_the_jobs_own_restart_ov
     job = bench_job(["us-east-1a"], work=10, deadline=14, overhead=0.2)
     assert job.spec.placement.restart_overhead_hours == pytest.approx(0.2)
 
-    result = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
+    # (the variant without migration: a job behind the line waits for spot until the net, not rule 1)
+    result = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay-no-migrate"], keep_timeline=True)
 
     # Then it waits until the safety net (time left < 10 h + 2 x 0.2 h, at 3.6 h) and finishes on on-demand
     # with one restart of slack: at 3.6 + 0.2 + 10 = 13.8 h

@@ -77,16 +77,18 @@ def test_place_backs_off_doubling_the_wait_up_to_fifteen_minutes() -> None:
 def test_a_waiting_job_wakes_no_later_than_the_deadline_safety_net(
     checkpoint: dict[str, int], net_margin_hours: float
 ) -> None:
-    # Given a 2 h job on L4s, no spot anywhere: on-demand g6.xlarge needs 2/0.968 = 2.0661 h, and the
-    # deadline puts the job's safety net 100 s from now
+    # Given a 2 h job on L4s with 0.1 h done (a checkpoint), no spot anywhere: on-demand g6.xlarge needs
+    # 1.9/0.968 = 1.9628 h, and the deadline puts the job's safety net 100 s from now; the job is ahead of
+    # the uniform line, so it waits for spot (rule 1 does not apply)
     world = World()
     world.compute.prices.clear()
     world.admitted(
         work_hours=2,
         resources={"gpus": 1, "gpu_models": ["L4"]},
-        limits={"deadline_hours": 2.0661 + net_margin_hours + 100 / 3600},
+        limits={"deadline_hours": 1.9628 + net_margin_hours + 100 / 3600},
         checkpoint=checkpoint,
     )
+    world.checkpoint(attempt=1, seq=0, work_done_hours=0.1)
     # When Place finds nothing and the job waits, twice
     first = world.place()
     world.advance(seconds=first.wait_seconds)
@@ -247,7 +249,7 @@ def test_launch_starts_an_instance_in_the_first_planned_pool_and_records_the_att
     assert launched["instance_type"] == "g6.xlarge"
 
 
-def test_launch_blocks_a_pool_without_capacity_for_ten_minutes_and_uses_the_next() -> None:
+def test_launch_blocks_a_pool_without_capacity_for_three_minutes_and_uses_the_next() -> None:
     # Given a placed job, and no capacity in the cheapest pool
     world = World()
     world.admitted()
@@ -255,10 +257,10 @@ def test_launch_blocks_a_pool_without_capacity_for_ten_minutes_and_uses_the_next
     world.compute.refuse[CHEAPEST] = "InsufficientInstanceCapacity"
     # When Launch runs
     world.launch()
-    # Then the instance is in the next pool, and the refusing pool is blocked for ten minutes
+    # Then the instance is in the next pool, and the refusing pool is blocked for three minutes
     assert world.attempt().pool == SECOND
-    assert world.blocked() == {CHEAPEST: world.clock.now() + timedelta(minutes=10)}
-    world.advance(minutes=10)
+    assert world.blocked() == {CHEAPEST: world.clock.now() + timedelta(minutes=3)}
+    world.advance(minutes=3)
     assert world.blocked() == {}
 
 
@@ -450,9 +452,9 @@ def test_recover_after_the_final_checkpoint_closes_the_attempt_accounts_it_and_r
     assert job.work_done_hours == 1.5
     assert job.lost_work_hours == pytest.approx(attempt.lost_work_hours)
     assert job.state is JobState.RECOVERING
-    # And the lost pool is blocked for the job's block_minutes (eager-next-pool, the default)
+    # And the lost pool is blocked for the job's block_minutes (eager-next-pool, the default 3 min)
     assert result.action == "relaunch"
-    assert world.blocked() == {CHEAPEST: world.clock.now() + timedelta(minutes=60)}
+    assert world.blocked() == {CHEAPEST: world.clock.now() + timedelta(minutes=3)}
 
 
 def test_recover_stops_waiting_for_a_final_checkpoint_after_150_seconds() -> None:

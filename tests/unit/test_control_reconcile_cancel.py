@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
-from control_builders import HEARTBEAT_SECONDS, World, error, make_job
+from control_builders import CHEAPEST, HEARTBEAT_SECONDS, SECOND, THIRD, World, error, make_job, recorded_event
 from fakes import FakeCompute
 
 from spotrelay.config import TAG_MANAGED
 from spotrelay.control.ports import InstanceState, LaunchRequest
-from spotrelay.models import AttemptOutcome, JobState
+from spotrelay.models import Attempt, AttemptOutcome, JobState, Market, Pool
 
 # ============================================================================================= Reconcile
 
@@ -128,6 +129,10 @@ def test_reconcile_leaves_a_healthy_running_job_alone() -> None:
         "over_budget": [],
         "repaired_jobs": [],
         "restarted_executions": [],
+        "standbys": [],
+        "migrating": [],
+        "dropped_standbys": [],
+        "move_errors": [],
     }
     assert world.workflow.task_results == []
     assert world.compute.terminated == []
@@ -295,3 +300,215 @@ def test_cancelling_a_finished_job_leaves_it_as_it_ended() -> None:
     # Then it stays SUCCEEDED
     assert (result.state, result.already_ended) == (JobState.SUCCEEDED, True)
     assert world.job().state is JobState.SUCCEEDED
+
+
+# --- back to spot ----------------------------------------------------------------------------------
+
+
+def on_demand_job(world: World, deadline_hours: float) -> Attempt:
+    """A 2 h L4 job running on an on-demand g6.xlarge since now (the safety net put it there)."""
+    attempt = world.running(
+        work_hours=2, resources={"gpus": 1, "gpu_models": ["L4"]}, limits={"deadline_hours": deadline_hours}
+    )
+    on_demand = attempt.model_copy(
+        update={
+            "pool": Pool(
+                instance_type="g6.xlarge", availability_zone=CHEAPEST.availability_zone, market=Market.ON_DEMAND
+            )
+        }
+    )
+    world.store.put_attempt(on_demand)
+    world.compute.set_state(str(attempt.instance_id), "running")
+    return on_demand
+
+
+def test_reconcile_launches_a_spot_standby_for_an_on_demand_job_ahead_of_schedule() -> None:
+    # Given a job with a 10 h deadline running on on-demand for 2 h: 1.94 h of its 2 h done, far ahead of
+    # the uniform line (0.44 h at 2.2 h), with spot available
+    world = World()
+    on_demand_job(world, deadline_hours=10)
+    world.advance(hours=2)
+    # When reconcile runs
+    report = world.reconcile()
+    # Then a spot instance is launched first, as standby attempt 2 with no Run task yet, in the cheapest pool
+    assert report.standbys == ["train-1#2"]
+    standby = world.attempt(number=2)
+    assert (standby.pool, standby.handover_from, standby.task_token, standby.outcome) == (CHEAPEST, 1, None, None)
+    assert world.compute.launches[-1].pool == CHEAPEST
+    # And the on-demand attempt is not asked to stop before the standby runs; the job is still on attempt 1
+    assert world.attempt().migrate_requested_at is None
+    assert world.job().attempts == 1
+    # And the next reconcile, with the standby still booting, launches nothing more
+    world.advance(minutes=5)
+    assert world.reconcile().standbys == []
+    assert len(world.compute.launches) == 2
+
+
+def standby_running(world: World, events_dir: Path) -> Attempt:
+    """The on-demand job of `on_demand_job` (10 h deadline) 2 h in, its standby launched and `running`."""
+    on_demand_job(world, deadline_hours=10)
+    world.advance(hours=2)
+    world.reconcile()
+    standby = world.attempt(number=2)
+    world.advance(minutes=1)
+    world.compute.set_state(str(standby.instance_id), "running")
+    world.handle(
+        recorded_event(
+            events_dir, "instance-state-change-running.json", instance_id=standby.instance_id, at=world.clock.now()
+        )
+    )
+    return standby
+
+
+def test_a_running_standby_asks_the_on_demand_attempt_to_hand_its_job_over(events_dir: Path) -> None:
+    # Given the standby launched for an on-demand job ahead of schedule
+    world = World()
+    # When its `running` state change arrives
+    standby = standby_running(world, events_dir)
+    # Then the on-demand attempt's agent is asked to hand the job back; its Run task is left alone
+    assert world.attempt().migrate_requested_at == world.clock.now()
+    assert world.attempt(number=2).running_at == world.clock.now()
+    assert world.fail_results("token-1") == []
+    assert world.job().state is JobState.RUNNING
+    # And a reconcile that runs later does not ask again or launch another standby
+    world.advance(minutes=2)
+    report = world.reconcile()
+    assert (report.standbys, report.migrating) == ([], [])
+    assert standby.instance_id not in world.compute.terminated
+
+
+def test_the_next_run_task_adopts_the_standby_and_resumes_from_the_handover_checkpoint(events_dir: Path) -> None:
+    # Given the running standby, and the on-demand agent that committed its final checkpoint (1.95 h) and
+    # failed its task with Migrating
+    world = World()
+    standby = standby_running(world, events_dir)
+    world.advance(minutes=1)
+    world.checkpoint(attempt=1, seq=3, work_done_hours=1.95, final=True)
+    launches = len(world.compute.launches)
+    # When Recover, Place and Launch run
+    recovered = world.recover(failure=error("Migrating"))
+    placed = world.place()
+    launched = world.launch(token="token-2")
+    # Then the on-demand attempt is MIGRATED with nothing blocked and no interruption counted
+    assert recovered.action == "relaunch"
+    assert world.attempt().outcome is AttemptOutcome.MIGRATED
+    assert world.blocked() == {}
+    assert world.job().interruptions == 0
+    # And the standby becomes attempt 2's Run task, on its instance, resuming from the handover's checkpoint
+    assert placed.action == "launch"
+    assert launched["instance_id"] == standby.instance_id
+    adopted = world.attempt(number=2)
+    assert (adopted.task_token, adopted.work_done_hours_at_start) == ("token-2", 1.95)
+    assert world.job().attempts == 2
+    assert len(world.compute.launches) == launches  # no new instance
+    assert world.attempt().instance_id in world.compute.terminated  # the on-demand one is stopped
+
+
+def test_a_move_that_fails_is_reported_and_the_next_job_is_still_reconciled() -> None:
+    # Given two on-demand jobs ahead of schedule (the first is reconciled first), and an EC2 error on the
+    # first standby launch
+    world = World()
+    on_demand_job(world, deadline_hours=10)
+    second = world.running(
+        "train-2",
+        token="token-9",
+        work_hours=2,
+        resources={"gpus": 1, "gpu_models": ["L4"]},
+        limits={"deadline_hours": 10},
+    )
+    world.store.put_attempt(
+        second.model_copy(update={"pool": world.attempt().pool, "hourly_price": world.attempt().hourly_price})
+    )
+    world.compute.set_state(str(second.instance_id), "running")
+    world.advance(hours=2)
+    world.compute.fail_next["launch"] = RuntimeError("RequestLimitExceeded")
+    # When reconcile runs
+    report = world.reconcile()
+    # Then the failed move is reported, the other job still gets its standby, and nothing is half-written
+    assert report.move_errors == ["train-1#1: RuntimeError: RequestLimitExceeded"]
+    assert report.standbys == ["train-2#2"]
+    assert [a.attempt for a in world.store.attempts("train-1")] == [1]
+    # And the next run tries the first job again
+    world.advance(minutes=5)
+    assert world.reconcile().standbys == ["train-1#2"]
+
+
+def test_a_refused_standby_leaves_the_on_demand_job_running() -> None:
+    # Given the on-demand job ahead of schedule, and every spot pool out of capacity
+    world = World()
+    on_demand_job(world, deadline_hours=10)
+    world.advance(hours=2)
+    for pool in (CHEAPEST, SECOND, THIRD):
+        world.compute.refuse[pool] = "InsufficientInstanceCapacity"
+    # When reconcile runs
+    report = world.reconcile()
+    # Then no standby, the job is not asked to stop, and the refused pools are blocked as at any refusal
+    assert report.standbys == []
+    assert world.attempt().migrate_requested_at is None
+    assert CHEAPEST in world.blocked()
+    assert world.job().attempts == 1
+
+
+def test_a_standby_interrupted_before_the_handover_is_closed_and_the_request_withdrawn(events_dir: Path) -> None:
+    # Given the running standby, the on-demand attempt asked to hand over and not yet acting on it
+    world = World()
+    standby = standby_running(world, events_dir)
+    # When the standby gets a spot interruption warning
+    world.advance(minutes=1)
+    world.handle(
+        recorded_event(
+            events_dir, "spot-interruption-warning.json", instance_id=standby.instance_id, at=world.clock.now()
+        )
+    )
+    # Then the standby is closed as interrupted, its pool blocked, the handover request withdrawn, and the
+    # job's Run task on on-demand is left alone
+    assert world.attempt(number=2).outcome is AttemptOutcome.INTERRUPTED
+    assert CHEAPEST in world.blocked()
+    assert world.attempt().migrate_requested_at is None
+    assert world.fail_results("token-1") == []
+    assert world.job().state is JobState.RUNNING
+
+
+def test_a_standby_not_adopted_in_time_is_terminated_and_retried_after_a_backoff(events_dir: Path) -> None:
+    # Given the running standby, and an on-demand agent that never hands over (an old agent)
+    world = World()
+    standby = standby_running(world, events_dir)
+    # When reconcile runs 31 min after the standby started running
+    world.advance(minutes=31)
+    report = world.reconcile()
+    # Then the standby is terminated and closed, and the request withdrawn
+    assert report.dropped_standbys == ["train-1#2"]
+    assert standby.instance_id in world.compute.terminated
+    assert world.attempt(number=2).outcome is AttemptOutcome.LAUNCH_FAILED
+    assert world.attempt().migrate_requested_at is None
+    # And no new standby within the 30 min backoff; one after it
+    world.advance(minutes=29)
+    assert world.reconcile().standbys == []
+    world.advance(minutes=2)
+    assert world.reconcile().standbys == ["train-1#3"]
+
+
+def test_a_job_that_finishes_on_demand_ends_its_standby(events_dir: Path) -> None:
+    # Given the running standby
+    world = World()
+    standby = standby_running(world, events_dir)
+    # When the job succeeds on on-demand before handing over
+    world.advance(minutes=1)
+    world.finalize(outcome="SUCCEEDED")
+    # Then the standby's instance is terminated, closed as CANCELLED, and billed for its minutes
+    assert standby.instance_id in world.compute.terminated
+    assert world.attempt(number=2).outcome is AttemptOutcome.CANCELLED
+    assert world.attempt(number=2).lost_work_hours == 0
+    assert world.job().cost_usd > world.attempt().cost(world.clock.now())
+
+
+def test_reconcile_keeps_an_on_demand_job_behind_schedule_there() -> None:
+    # Given a job due in 2.5 h, 0.5 h into its on-demand run: 0.48 h done, behind the line plus two
+    # restarts (0.56 h): Uniform Progress's hysteresis keeps it on on-demand
+    world = World()
+    on_demand_job(world, deadline_hours=2.5)
+    world.advance(minutes=30)
+    report = world.reconcile()
+    assert (report.standbys, report.migrating) == ([], [])
+    assert world.attempt().migrate_requested_at is None
+    assert len(world.compute.launches) == 1

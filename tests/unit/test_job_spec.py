@@ -81,7 +81,7 @@ def test_example_job_loads_with_the_values_it_gives(events_dir: Path) -> None:
     assert spec.tags == {"team": "vision"}
     # and what it leaves out takes the defaults
     assert spec.placement.objective is Objective.COST_TO_FINISH
-    assert spec.recovery == RecoverySpec(strategy=RecoveryStrategyName.EAGER_NEXT_POOL, block_minutes=60)
+    assert spec.recovery == RecoverySpec(strategy=RecoveryStrategyName.EAGER_NEXT_POOL, block_minutes=3)
 
 
 def test_minimal_spec_gets_the_documented_defaults(write_file: WriteFile) -> None:
@@ -116,7 +116,7 @@ def test_minimal_spec_gets_the_documented_defaults(write_file: WriteFile) -> Non
     assert spec.placement == PlacementSpec(objective=Objective.COST_TO_FINISH, restart_overhead_minutes=6)
     assert spec.placement.restart_overhead_hours == 0.1
     assert spec.recovery.strategy is RecoveryStrategyName.EAGER_NEXT_POOL
-    assert spec.recovery.block_minutes == 60
+    assert spec.recovery.block_minutes == 3
 
 
 def test_image_alone_is_enough_to_run(write_file: WriteFile) -> None:
@@ -144,7 +144,7 @@ def test_recovery_strategy_shorthand_equals_the_long_form(write_file: WriteFile)
 
     # Then the shorthand picks that strategy and keeps the other recovery defaults
     assert short_spec.recovery.strategy is RecoveryStrategyName.SAME_POOL_FIRST
-    assert short_spec.recovery.block_minutes == 60
+    assert short_spec.recovery.block_minutes == 3
     assert short_spec == long_spec
 
 

@@ -245,7 +245,7 @@ def test_same_pool_first_blocks_the_pool_when_lost_there_twice_in_a_row(previous
     # Then the pool is blocked for block_minutes and nothing is preferred
     assert isinstance(action, Relaunch)
     assert action.prefer is None
-    assert [(b.pool, b.until) for b in action.block] == [(POOL, LOST_AT + timedelta(minutes=60))]
+    assert [(b.pool, b.until) for b in action.block] == [(POOL, LOST_AT + timedelta(minutes=3))]
     assert "twice in a row" in action.reason
 
 
@@ -329,17 +329,18 @@ def test_eager_next_pool_relaunch_moves_the_job_to_the_next_cheapest_pool() -> N
     assert first is not None
     assert first.pool == POOL
     job = make_job(spec)
-    # When it is interrupted there and eager-next-pool decides, and placement runs 10 minutes later
+    # When it is interrupted there and eager-next-pool decides (the default 3 min block), and placement
+    # runs a minute later
     action = decide_recovery(job, [attempt(1, POOL, None)], ended(EndKind.SPOT_INTERRUPTED))
     assert isinstance(action, Relaunch)
-    blocked = active_blocks(action.block, LOST_AT + timedelta(minutes=10))
+    blocked = active_blocks(action.block, LOST_AT + timedelta(minutes=1))
     second = place(spec, quotes, blocked=blocked)
     # Then the next choice is the next-cheapest pool, and the lost pool is rejected as blocked
     assert second.best is not None
     assert second.best.pool == OTHER_POOL
     assert [(r.pool, r.category) for r in second.rejected] == [(POOL, "blocked")]
     # and once the block lapses the cheapest pool is back on top
-    later = place(spec, quotes, blocked=active_blocks(action.block, LOST_AT + timedelta(minutes=61)))
+    later = place(spec, quotes, blocked=active_blocks(action.block, LOST_AT + timedelta(minutes=4)))
     assert later.best is not None
     assert later.best.pool == POOL
 
