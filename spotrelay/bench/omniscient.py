@@ -26,6 +26,16 @@ cheaper. With mixed speeds we use LP duality: for every lambda >= 0,
     lambda * W - sum_s len(s) * max(0, max_o(lambda * speed(o) - price(o, s)))  <=  LP,
 and we maximise it over lambda by bisection on its slope (any lambda gives a valid bound).
 
+Restart overheads, tightened. Every (re)start pays d, billed, before any progress. A spot instance
+runs inside one availability interval of its pool (a maximal stretch of segments where the pool has
+capacity and a price within the cap): it is interrupted when the interval ends. So a schedule that makes
+x hours of progress in an interval I of length L (within the window) started there at least once, paid
+at least d * p_min(I) for it, and x <= L - d. With y_I in {0, 1} for "started in I", x <= (L - d) y_I,
+and relaxing y_I to [0, 1]: the overhead costs at least d * p_min(I) * x / (L - d). Adding that to every
+spot option's price keeps the LP a lower bound (LP'), and intervals no longer than d offer nothing.
+The bound is max(LP' , LP + d * c_min): both are valid, neither dominates (LP' charges no overhead to
+on-demand, LP + d * c_min only one restart in all).
+
 If no schedule can meet the deadline (no on-demand type within the cap and too little spot), the
 window is extended past the deadline until the work fits, and the result is marked as such.
 """
@@ -55,7 +65,9 @@ class _Segment:
     options: tuple[tuple[float, float], ...]  # (price, speed)
 
 
-def _segments(ctx: JobContext, end: float) -> list[_Segment]:
+def _segments(ctx: JobContext, end: float, *, interval_overheads: bool = False) -> list[_Segment]:
+    """The window's segments and their options (price, speed). `interval_overheads`: each spot option's
+    price carries its interval's share of a restart, d * p_min(I) / (L - d) (module docstring)."""
     job = ctx.job
     cap = job.max_price
     on_demand = tuple(
@@ -65,36 +77,69 @@ def _segments(ctx: JobContext, end: float) -> list[_Segment]:
     )
     start = job.submit_hours
     points = [start, *ctx.change_times(start, end), end]
-    segments = []
-    for a, b in itertools.pairwise(points):
-        if b <= a:
+    spans = [(a, b) for a, b in itertools.pairwise(points) if b > a]
+    # per pool, per segment: (price, speed) where available, else None
+    spot_by_pool = [
+        [(ctx.spot_price(v.pool, a), v.speed) if v.timeline.available(a, cap) else None for a, _ in spans]
+        for v in ctx.spot_pools
+    ]
+    if interval_overheads:
+        spot_by_pool = [_with_overheads(row, spans, job.restart_overhead_hours) for row in spot_by_pool]
+    return [
+        _Segment(a, b, tuple(option for row in spot_by_pool if (option := row[i]) is not None) + on_demand)
+        for i, (a, b) in enumerate(spans)
+    ]
+
+
+def _with_overheads(
+    row: list[tuple[float, float] | None], spans: list[tuple[float, float]], overhead: float
+) -> list[tuple[float, float] | None]:
+    """One pool's options with each availability interval's restart share added to its prices; the
+    options of an interval no longer than the overhead dropped."""
+    out: list[tuple[float, float] | None] = list(row)
+    i = 0
+    while i < len(row):
+        if row[i] is None:
+            i += 1
             continue
-        spot = tuple((ctx.spot_price(v.pool, a), v.speed) for v in ctx.spot_pools if v.timeline.available(a, cap))
-        segments.append(_Segment(a, b, spot + on_demand))
-    return segments
+        j = i
+        while j < len(row) and row[j] is not None:
+            j += 1
+        length = spans[j - 1][1] - spans[i][0]
+        cheapest = min(option[0] for option in row[i:j] if option is not None)
+        for k in range(i, j):
+            option = row[k]
+            assert option is not None
+            out[k] = (option[0] + overhead * cheapest / (length - overhead), option[1]) if length > overhead else None
+        i = j
+    return out
 
 
 def omniscient_bound(ctx: JobContext) -> Bound:
-    """The lower bound of the module docstring for `ctx.job`."""
+    """The lower bound of the module docstring for `ctx.job`: max(LP', LP + d * c_min)."""
     job = ctx.job
-    segments = _segments(ctx, job.deadline_at)
-    within = _capacity(segments) >= job.work_hours * (1 - 1e-12)
+    end = job.deadline_at
+    within = _capacity(_segments(ctx, end)) >= job.work_hours * (1 - 1e-12)
     if not within:
-        segments = _segments(ctx, math.inf)
+        end = math.inf
+    segments = _segments(ctx, end)
+    cost, finish, exact = _lp(segments, job.work_hours)
+    c_min = min((price for seg in segments for price, _ in seg.options), default=math.inf)
+    cost += job.restart_overhead_hours * c_min
+    tightened, tightened_finish, tightened_exact = _lp(_segments(ctx, end, interval_overheads=True), job.work_hours)
+    if tightened > cost:
+        cost, finish, exact = tightened, tightened_finish, tightened_exact
+    return Bound(cost=cost, completion_hours=finish - job.submit_hours, exact_lp=exact, within_deadline=within)
+
+
+def _lp(segments: list[_Segment], work: float) -> tuple[float, float, bool]:
+    """(the LP's optimum or its dual bound, when its fractional schedule ends, whether exact)."""
     speeds = {speed for seg in segments for _, speed in seg.options}
     if len(speeds) <= 1:
-        cost, finish = _equal_speed(segments, job.work_hours, next(iter(speeds), 1.0))
-        exact = True
-    else:
-        cost, finish = _dual_bound(segments, job.work_hours)
-        exact = False
-    c_min = min((price for seg in segments for price, _ in seg.options), default=math.inf)
-    return Bound(
-        cost=cost + job.restart_overhead_hours * c_min,
-        completion_hours=finish - job.submit_hours,
-        exact_lp=exact,
-        within_deadline=within,
-    )
+        cost, finish = _equal_speed(segments, work, next(iter(speeds), 1.0))
+        return cost, finish, True
+    cost, finish = _dual_bound(segments, work)
+    return cost, finish, False
 
 
 def _capacity(segments: list[_Segment]) -> float:

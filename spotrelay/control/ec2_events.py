@@ -186,7 +186,12 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
         kind=kind.name, action="ignore", job_id=ref.job_id, attempt=ref.attempt, instance_id=detail.instance_id
     )
     if attempt.is_standby:
-        return _standby_event(event, detail, attempt, job, base, store=store, block_minutes=block_minutes)
+        handled = _standby_event(event, detail, attempt, job, base, store=store, block_minutes=block_minutes)
+        if handled is not None:
+            return handled
+        # Launch adopted the standby while this event was handled: it is the job's attempt now
+        job, _ = store.get_job(ref.job_id)
+        attempt = store.get_attempt(ref.job_id, ref.attempt)
     action = kind.action_for(detail, attempt, job)
     if isinstance(action, Ignore):
         return base.model_copy(update={"reason": action.reason})
@@ -223,12 +228,13 @@ def _standby_event(
     *,
     store: JobStore,
     block_minutes: float,
-) -> EventOutcome:
+) -> EventOutcome | None:
     """An event for a standby: a spot instance reconcile launched ahead of moving a job off on-demand.
     `running`: ask the current attempt's agent to hand the job back (it checkpoints, the task fails
     with Migrating, Launch adopts the standby). A notice or the instance going away: the standby is
     closed, and the request withdrawn if the agent has not acted on it yet (if it has, Place and Launch
-    place the job as after any handover). The job's Run task is never touched: the standby has none."""
+    place the job as after any handover). The job's Run task is never touched: the standby has none.
+    None if Launch adopted the standby before it could be closed: the event is then the job's attempt's."""
     if job.state.is_terminal:
         return base.model_copy(update={"reason": f"standby of a job that is {job.state}"})
     if isinstance(detail, StateChangeDetail) and detail.state == "pending":
@@ -252,7 +258,7 @@ def _standby_event(
     if interrupted:
         _interrupt(standby, event.time, first=standby.interrupted_at is None, store=store, block_minutes=block_minutes)
     outcome = AttemptOutcome.INTERRUPTED if interrupted else AttemptOutcome.LOST
-    update_attempt(
+    closed_standby, closed = update_attempt(
         store,
         standby.job_id,
         standby.attempt,
@@ -260,6 +266,12 @@ def _standby_event(
             fresh.model_copy(update={"outcome": outcome, "ended_at": event.time}) if fresh.is_standby else None
         ),
     )
+    if not closed:
+        if closed_standby.outcome is None and closed_standby.task_token is not None:
+            return None  # adopted meanwhile
+        return base.model_copy(update={"reason": f"standby already ended ({closed_standby.outcome})"})
+    if closed_standby.running_at is not None:  # the pool's statistics: its hours too, not only the notice
+        store.record_pool_usage(closed_standby.pool, closed_standby.runtime_hours(event.time), 0)
     update_attempt(store, standby.job_id, previous, withdraw_handover)
     return base.model_copy(update={"action": "standby-lost", "reason": str(outcome)})
 

@@ -20,7 +20,16 @@ from pydantic import BaseModel, ConfigDict
 from spotrelay.catalog import INSTANCE_TYPES, family_of
 from spotrelay.config import ERROR_CANCELLED, ERROR_JOB_FAILED
 from spotrelay.control.jobs import update_attempt, update_job
-from spotrelay.control.ports import CheckpointPointer, Clock, Compute, InstanceRef, JobStore, LaunchRefused, Wakeup
+from spotrelay.control.ports import (
+    CheckpointPointer,
+    Clock,
+    Compute,
+    ConflictError,
+    InstanceRef,
+    JobStore,
+    LaunchRefused,
+    Wakeup,
+)
 from spotrelay.control.ports import LaunchRequest as LaunchRequestModel
 from spotrelay.models import (
     Attempt,
@@ -259,9 +268,10 @@ def launch_step(
             return _launched(attempt)
     standby = next((a for a in attempts if a.is_standby and a.handover_from == job.attempts), None)
     if standby is not None:
-        adopted = _adopt(store, standby, task_token, pointer.work_done_hours if pointer is not None else None)
+        restored = pointer.work_done_hours if pointer is not None else None
+        adopted = _adopt(store, standby, task_token, restored, now)
         if adopted is not None:
-            update_job(store, job_id, _count_attempt(adopted.attempt, now))
+            update_job(store, job_id, _count_attempt(adopted.attempt, now, running=adopted.running_at is not None))
             return _launched(adopted)
     # A new Run task means every earlier one is over: an attempt still open belongs to a Run that
     # Step Functions retried with a new token. Close it and stop paying for its instance.
@@ -299,7 +309,15 @@ def launch_step(
             relative_speed=planned.relative_speed,
             work_done_hours_at_start=pointer.work_done_hours if pointer is not None else job.work_done_hours,
         )
-        store.put_attempt(attempt)
+        try:
+            store.put_attempt(attempt, expected_version=0)  # created only: never over a standby's record
+        except ConflictError:
+            # Reconcile recorded a standby under this number meanwhile (it decided while the previous
+            # attempt still ran). Keep the instance if it is that standby's (the same client token gives
+            # the same instance), and let Place plan the standby, which Launch then adopts.
+            if store.get_attempt(job_id, number).instance_id != instance_id:
+                compute.terminate([instance_id])
+            raise InsufficientInstanceCapacity(f"attempt {number} was recorded concurrently: placing again") from None
         store.put_instance_ref(InstanceRef(instance_id=instance_id, job_id=job_id, attempt=number))
         update_job(store, job_id, _count_attempt(number, now))
         return _launched(attempt)
@@ -342,10 +360,14 @@ def launch_in_pool(
         return refused
 
 
-def _adopt(store: JobStore, standby: Attempt, task_token: str, restored_work: float | None) -> Attempt | None:
+def _adopt(
+    store: JobStore, standby: Attempt, task_token: str, restored_work: float | None, now: datetime
+) -> Attempt | None:
     """Give the standby launched ahead of a handover this Run task: its agent, waiting for a token,
-    restores the checkpoint the previous attempt committed when it handed the job back. None if the
-    standby has ended meanwhile (interrupted, timed out): Launch then launches as usual."""
+    restores the checkpoint the previous attempt committed when it handed the job back. A standby that
+    already runs has `running_at` moved to now: the job's progress (and the work a loss would cost) on
+    it starts here, not at its boot. None if the standby has ended meanwhile (interrupted, timed out):
+    Launch then launches as usual."""
 
     def change(fresh: Attempt) -> Attempt | None:
         if not fresh.is_standby:
@@ -353,6 +375,8 @@ def _adopt(store: JobStore, standby: Attempt, task_token: str, restored_work: fl
         update: dict[str, Any] = {"task_token": task_token}
         if restored_work is not None:
             update["work_done_hours_at_start"] = restored_work
+        if fresh.running_at is not None:
+            update["running_at"] = max(fresh.running_at, now)
         return fresh.model_copy(update=update)
 
     adopted, changed = update_attempt(store, standby.job_id, standby.attempt, change)
@@ -368,11 +392,17 @@ def _forget_preference(pool: Pool, now: datetime) -> Callable[[Job], None]:
     return change
 
 
-def _count_attempt(number: int, now: datetime) -> Callable[[Job], None]:
+def _count_attempt(number: int, now: datetime, *, running: bool = False) -> Callable[[Job], None]:
+    """`running`: the attempt's instance already runs (an adopted standby, whose `running` event came
+    before it had the job), so the job is RUNNING now rather than when that event arrives."""
+
     def change(job: Job) -> None:
         if job.attempts < number:
             job.attempts = number
             job.preferred_pool = None
+            job.updated_at = now
+        if running and job.attempts == number and job.state is JobState.LAUNCHING:
+            job.state = ensure_transition(job.state, JobState.RUNNING)
             job.updated_at = now
 
     return change

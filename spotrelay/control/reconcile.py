@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST
 from spotrelay.control.jobs import ask_handover, update_attempt, update_job, withdraw_handover
 from spotrelay.control.lifecycle import PlacementContext, account, close_attempt, launch_in_pool, placement_now
-from spotrelay.control.ports import Clock, Compute, InstanceRef, JobStore, LaunchRefused, Workflow
+from spotrelay.control.ports import Clock, Compute, ConflictError, InstanceRef, JobStore, LaunchRefused, Workflow
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, ensure_transition
 from spotrelay.policy import MarketAction
 
@@ -80,6 +80,8 @@ def reconcile(
         job, _ = store.get_job(ref.job_id)
         if attempt.outcome is not None or job.state.is_terminal:
             orphans.append(instance.instance_id)
+            if attempt.outcome is None:
+                _close_left_open(job, attempt, store, now)
     if orphans:
         compute.terminate(orphans)
 
@@ -99,7 +101,10 @@ def reconcile(
             repaired.append(job.job_id)
             continue
         attempts = store.attempts(job.job_id)
-        _drop_stray_standbys(job, attempts, store, compute, now, moves)
+        try:
+            _drop_stray_standbys(job, attempts, store, compute, now, moves)
+        except Exception as e:  # as below: one job's trouble must not stop the safety net for the others
+            moves.errors.append(f"{job.job_id}: {type(e).__name__}: {e}")
         live = [a for a in attempts if a.outcome is None and a.attempt == job.attempts]
         for attempt in live:
             if attempt.instance_id is None or attempt.task_token is None or attempt.interrupted_at is not None:
@@ -184,20 +189,36 @@ def _back_to_spot(
         launched = launch_in_pool(job, number, planned, store=store, compute=compute, now=now, context=context)
         if isinstance(launched, LaunchRefused):
             continue
-        store.put_attempt(
-            Attempt(
-                job_id=job.job_id,
-                attempt=number,
-                pool=planned.pool,
-                hourly_price=planned.hourly_price,
-                instance_id=launched,
-                started_at=now,
-                relative_speed=planned.relative_speed,
-                work_done_hours_at_start=progress,  # Launch sets the restored checkpoint's at the adoption
-                handover_from=attempt.attempt,
-            )
+        standby = Attempt(
+            job_id=job.job_id,
+            attempt=number,
+            pool=planned.pool,
+            hourly_price=planned.hourly_price,
+            instance_id=launched,
+            started_at=now,
+            relative_speed=planned.relative_speed,
+            work_done_hours_at_start=progress,  # Launch sets the restored checkpoint's at the adoption
+            handover_from=attempt.attempt,
         )
+        try:
+            store.put_attempt(standby, expected_version=0)  # created only: Launch may have taken the number
+        except ConflictError:
+            if store.get_attempt(job.job_id, number).instance_id != launched:  # the same token: Launch's own
+                compute.terminate([launched])
+            raise
         store.put_instance_ref(InstanceRef(instance_id=launched, job_id=job.job_id, attempt=number))
+        # The decision was made from reads taken before the launch: if the job ended, was cancelled or
+        # moved on meanwhile, the standby is of no use (and Finalize or cancel may not have seen it).
+        fresh_job, _ = store.get_job(job.job_id)
+        current = store.get_attempt(job.job_id, attempt.attempt)
+        if (
+            fresh_job.state.is_terminal
+            or fresh_job.cancel_requested
+            or fresh_job.attempts != attempt.attempt
+            or current.outcome is not None
+        ):
+            _drop(standby, store, compute, now, moves, outcome=None)
+            return
         moves.standbys.append(f"{job.job_id}#{number}")
         return
 
@@ -254,19 +275,34 @@ def _drop(
     *,
     outcome: AttemptOutcome | None,
 ) -> None:
-    """Terminate a standby and close it (LOST if its instance went away, else LAUNCH_FAILED: it never
-    took the job over)."""
-    if standby.instance_id is not None:
-        compute.terminate([standby.instance_id])
+    """Close a standby (LOST if its instance went away, else LAUNCH_FAILED: it never took the job over),
+    then terminate it. Closed first, by a conditional write: a standby Launch adopted meanwhile is no
+    longer a standby and keeps its instance."""
     closed_as = outcome or AttemptOutcome.LAUNCH_FAILED
-    _, closed = update_attempt(
+    closed_attempt, closed = update_attempt(
         store,
         standby.job_id,
         standby.attempt,
         lambda fresh: close_attempt(fresh, closed_as, now, None) if fresh.is_standby else None,
     )
+    if not closed:
+        return
+    if standby.instance_id is not None:
+        compute.terminate([standby.instance_id])
+    if closed_attempt.pool.market is Market.SPOT and closed_attempt.running_at is not None:
+        store.record_pool_usage(closed_attempt.pool, closed_attempt.runtime_hours(now), 0)
+    moves.dropped.append(f"{standby.job_id}#{standby.attempt}")
+
+
+def _close_left_open(job: Job, attempt: Attempt, store: JobStore, now: datetime) -> None:
+    """An attempt still open on a job that has ended (a standby recorded while Finalize or cancel closed
+    the job's attempts): close it as CANCELLED and add its cost to the job's."""
+    _, closed = update_attempt(
+        store, job.job_id, attempt.attempt, lambda fresh: close_attempt(fresh, AttemptOutcome.CANCELLED, now, None)
+    )
     if closed:
-        moves.dropped.append(f"{standby.job_id}#{standby.attempt}")
+        attempts = store.attempts(job.job_id)
+        update_job(store, job.job_id, lambda fresh: account(fresh, attempts, None, now))
 
 
 def _over_budget(job: Job, attempt: Attempt, now: datetime) -> bool:

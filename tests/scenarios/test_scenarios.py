@@ -100,7 +100,15 @@ def test_capacity_outage_waits_then_places(replayed: Replayed) -> None:
     assert hours_after_start(entry["attempts"][0]["start"]) >= 2.0  # not before capacity returned
     assert hours_after_start(entry["attempts"][0]["start"]) <= 2.3
     assert result.refusals >= 2
-    assert result.to_json()["expectations"] == {"passed": 1, "failed": 0}
+    # The job with a deadline catches up on on-demand at once and moves back to spot when capacity returns
+    due = job(result, "resnet50-due")
+    assert pools(due) == [
+        ("g6.xlarge", "us-east-1a", "on-demand", "MIGRATED"),
+        ("g6.xlarge", "us-east-1a", "spot", "SUCCEEDED"),
+    ]
+    assert hours_after_start(due["attempts"][0]["start"]) < 0.1
+    assert hours_after_start(due["attempts"][1]["start"]) >= 2.0
+    assert result.to_json()["expectations"] == {"passed": 2, "failed": 0}
 
 
 def test_a_job_that_caught_up_on_demand_moves_back_to_spot_make_before_break(replayed: Replayed) -> None:

@@ -115,6 +115,27 @@ def test_on_an_always_available_trace_spot_policies_pay_spot_for_the_work_and_on
     assert bound(job, market) == pytest.approx(SPOT * (10 + 0.1))
 
 
+def test_the_bound_charges_a_restart_for_every_availability_interval_it_uses() -> None:
+    # Given spot that comes and goes every half hour, and a job whose restart overhead is 0.2 h: each
+    # half-hour of spot gives at most 0.3 h of progress for 0.5 h billed
+    builder = MarketBuilder(START)
+    trace = parse_availability_trace(trace_json([1, 0] * 60, gap_seconds=1800), "us-east-1a", "v100_1")
+    builder.add_trace(trace, PAPER_INSTANCE_TYPE, spot_price_usd_per_hour=SPOT)
+    market = builder.build()
+    job = bench_job(["us-east-1a"], work=3, deadline=30, overhead=0.2)
+
+    # When the bound is computed and greedy (spot whenever there is any) replays the job
+    lower = bound(job, market)
+    result = replay("greedy", job, market)
+
+    # Then the bound counts a restart per interval used (3 h of work = 10 intervals of 0.5 h), not one in all,
+    # and greedy, which runs exactly that schedule, pays exactly the bound
+    assert lower == pytest.approx(SPOT * 3 * 0.5 / 0.3)
+    assert lower > SPOT * (3 + 0.2)
+    assert result.deadline_met
+    assert result.cost == pytest.approx(lower)
+
+
 @pytest.mark.parametrize("policy", DEADLINE_AWARE)
 def test_on_a_never_available_trace_deadline_aware_policies_finish_on_demand_in_time(policy: str) -> None:
     # Given a zone that never has spot capacity

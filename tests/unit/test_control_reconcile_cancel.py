@@ -11,7 +11,8 @@ from control_builders import CHEAPEST, HEARTBEAT_SECONDS, SECOND, THIRD, World, 
 from fakes import FakeCompute
 
 from spotrelay.config import TAG_MANAGED
-from spotrelay.control.ports import InstanceState, LaunchRequest
+from spotrelay.control.lifecycle import InsufficientInstanceCapacity
+from spotrelay.control.ports import InstanceRef, InstanceState, LaunchRequest
 from spotrelay.models import Attempt, AttemptOutcome, JobState, Market, Pool
 
 # ============================================================================================= Reconcile
@@ -402,6 +403,12 @@ def test_the_next_run_task_adopts_the_standby_and_resumes_from_the_handover_chec
     assert world.job().attempts == 2
     assert len(world.compute.launches) == launches  # no new instance
     assert world.attempt().instance_id in world.compute.terminated  # the on-demand one is stopped
+    # And the job is RUNNING at once (the standby's `running` event came before it had the job)
+    assert world.job().state is JobState.RUNNING
+    # And a loss now costs only the work done since the handover, not the standby's wait
+    world.advance(minutes=10)
+    world.recover(failure=error("InstanceLost"))
+    assert world.attempt(number=2).lost_work_hours == pytest.approx(10 / 60 * adopted.relative_speed)
 
 
 def test_a_move_that_fails_is_reported_and_the_next_job_is_still_reconciled() -> None:
@@ -431,6 +438,170 @@ def test_a_move_that_fails_is_reported_and_the_next_job_is_still_reconciled() ->
     # And the next run tries the first job again
     world.advance(minutes=5)
     assert world.reconcile().standbys == ["train-1#2"]
+
+
+class FinishesDuringRunInstances(FakeCompute):
+    """The job succeeds on on-demand (Finalize) while reconcile waits for RunInstances to answer."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world.compute.prices)
+        self.instances = world.compute.instances
+        self.world = world
+
+    def launch(self, request: LaunchRequest) -> str:
+        if request.attempt == 2:
+            self.world.finalize(request.job_id, outcome="SUCCEEDED")
+        return super().launch(request)
+
+
+def test_a_standby_launched_while_the_job_finished_is_dropped_and_billed() -> None:
+    # Given an on-demand job ahead of schedule that succeeds while reconcile is launching its standby
+    world = World()
+    on_demand_job(world, deadline_hours=10)
+    world.advance(hours=2)
+    world.compute = FinishesDuringRunInstances(world)
+    # When reconcile runs
+    report = world.reconcile()
+    # Then the standby is closed and terminated at once, not left open on a finished job
+    assert report.standbys == []
+    assert report.dropped_standbys == ["train-1#2"]
+    standby = world.attempt(number=2)
+    assert standby.outcome is AttemptOutcome.LAUNCH_FAILED
+    assert standby.instance_id in world.compute.terminated
+    assert world.job().state is JobState.SUCCEEDED
+
+
+def test_a_standby_left_open_on_a_finished_job_is_closed_and_its_cost_counted() -> None:
+    # Given a finished job with a standby record still open (recorded after Finalize closed its attempts)
+    world = World()
+    attempt = on_demand_job(world, deadline_hours=10)
+    world.advance(hours=2)
+    world.finalize(outcome="SUCCEEDED")
+    cost_before = world.job().cost_usd
+    standby = attempt.model_copy(
+        update={
+            "attempt": 2,
+            "pool": CHEAPEST,
+            "hourly_price": 0.35,
+            "instance_id": "i-00000000000000abc",
+            "task_token": None,
+            "handover_from": 1,
+            "started_at": world.clock.now(),
+            "running_at": None,
+        }
+    )
+    world.store.put_attempt(standby)
+    world.store.put_instance_ref(InstanceRef(instance_id="i-00000000000000abc", job_id="train-1", attempt=2))
+    world.compute.instances["i-00000000000000abc"] = InstanceState(
+        instance_id="i-00000000000000abc", state="running", tags={TAG_MANAGED: "true"}
+    )
+    world.advance(minutes=20)
+    # When reconcile runs
+    world.reconcile()
+    # Then the instance is terminated, the record closed, and its 20 minutes added to the job's cost
+    assert "i-00000000000000abc" in world.compute.terminated
+    assert world.attempt(number=2).outcome is AttemptOutcome.CANCELLED
+    assert world.job().cost_usd == pytest.approx(cost_before + 0.35 * 20 / 60)
+
+
+def test_a_standby_adopted_while_reconcile_drops_it_keeps_its_instance(events_dir: Path) -> None:
+    # Given a standby running for 31 min (late), whose on-demand agent has just committed its final checkpoint
+    world = World()
+    standby = standby_running(world, events_dir)
+    world.advance(minutes=31)
+    world.checkpoint(attempt=1, seq=3, work_done_hours=1.95, final=True)
+
+    def handover() -> None:  # Recover, Place and Launch, between reconcile's read and its write
+        world.recover(failure=error("Migrating"))
+        world.place()
+        world.launch(token="token-2")
+
+    world.store.after_attempt_read.append(handover)
+    # When reconcile runs and finds the standby late
+    report = world.reconcile()
+    # Then its drop loses to the adoption: the instance keeps running with the job
+    assert report.dropped_standbys == []
+    assert standby.instance_id not in world.compute.terminated
+    adopted = world.attempt(number=2)
+    assert (adopted.task_token, adopted.outcome) == ("token-2", None)
+
+
+class StandbyRecordedDuringRunInstances(FakeCompute):
+    """Reconcile records a standby under the number Launch is launching (it decided while the previous
+    attempt still ran), while Launch waits for RunInstances to answer."""
+
+    def __init__(self, world: World, standby: Attempt) -> None:
+        super().__init__(world.compute.prices)
+        self.instances = world.compute.instances
+        self.world = world
+        self.standby = standby
+
+    def launch(self, request: LaunchRequest) -> str:
+        instance_id = super().launch(request)
+        recorded = {a.attempt for a in self.world.store.attempts("train-1")}
+        if request.attempt == self.standby.attempt and self.standby.attempt not in recorded:
+            self.world.store.put_attempt(self.standby)
+            self.world.store.put_instance_ref(
+                InstanceRef(instance_id=str(self.standby.instance_id), job_id="train-1", attempt=self.standby.attempt)
+            )
+        return instance_id
+
+
+def test_launch_never_writes_over_a_standby_recorded_under_its_number() -> None:
+    # Given an on-demand job whose instance was lost and recovered, and a standby that reconcile records as
+    # attempt 2 while Launch is starting attempt 2
+    world = World()
+    attempt = on_demand_job(world, deadline_hours=10)
+    world.advance(hours=2)
+    world.recover(failure=error("InstanceLost"))
+    assert world.place().action == "launch"
+    standby = attempt.model_copy(
+        update={
+            "attempt": 2,
+            "pool": CHEAPEST,
+            "hourly_price": 0.35,
+            "instance_id": "i-00000000000000abc",
+            "task_token": None,
+            "handover_from": 1,
+            "started_at": world.clock.now(),
+            "running_at": world.clock.now(),
+            "outcome": None,
+            "ended_at": None,
+        }
+    )
+    world.compute.instances["i-00000000000000abc"] = InstanceState(
+        instance_id="i-00000000000000abc", state="running", tags={TAG_MANAGED: "true"}
+    )
+    world.compute = StandbyRecordedDuringRunInstances(world, standby)
+    # When Launch runs
+    with pytest.raises(InsufficientInstanceCapacity):
+        world.launch(token="token-2")
+    # Then the standby's record stands and Launch's own instance is terminated
+    assert world.attempt(number=2).instance_id == "i-00000000000000abc"
+    assert len(world.compute.terminated) == 1  # Launch's own
+    assert "i-00000000000000abc" not in world.compute.terminated
+    # And Place plans the standby, which the next Launch adopts
+    assert world.place().action == "launch"
+    assert world.launch(token="token-2")["instance_id"] == "i-00000000000000abc"
+    assert world.attempt(number=2).task_token == "token-2"
+
+
+def test_a_standby_whose_instance_goes_away_is_closed_and_the_request_withdrawn(events_dir: Path) -> None:
+    # Given the running standby, the on-demand attempt asked to hand over
+    world = World()
+    standby = standby_running(world, events_dir)
+    world.advance(minutes=10)
+    # When its instance is terminated (no spot notice)
+    world.handle(
+        recorded_event(
+            events_dir, "instance-state-change-terminated.json", instance_id=standby.instance_id, at=world.clock.now()
+        )
+    )
+    # Then it is closed as LOST with its hours in the pool's record, and the job keeps running on on-demand
+    assert world.attempt(number=2).outcome is AttemptOutcome.LOST
+    assert world.attempt().migrate_requested_at is None
+    assert world.store.pool_observations()[CHEAPEST.offering].instance_hours == pytest.approx(11 / 60)  # since launch
+    assert world.fail_results("token-1") == []
 
 
 def test_a_refused_standby_leaves_the_on_demand_job_running() -> None:
