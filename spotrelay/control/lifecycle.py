@@ -199,10 +199,12 @@ def placement_now(
     context: PlacementContext,
     current_market: Market | None = None,
     migrates: bool = False,
+    billing_usd: float = 0.0,
 ) -> Placement:
     """`place()` for the job with what the deployment knows now: the spot prices of the allowed types in
     the zones with a subnet, the pools' blocks and interruption record, the budget left.
-    `current_market`: the market of the instance the job runs on (None: idle)."""
+    `current_market`: the market of the instance the job runs on (None: idle); `billing_usd`: what its
+    open attempts have cost so far (not in `job.cost_usd` until they are closed)."""
     types = [t.name for t in job.spec.resources.fitting_types() if family_of(t.name) in context.allowed_families]
     zones = sorted(context.subnets)
     quotes = compute.spot_prices(types, zones, now) if types else []
@@ -218,7 +220,9 @@ def placement_now(
         on_demand_prices={
             name: price for name in types if (price := INSTANCE_TYPES[name].on_demand_usd_per_hour) is not None
         },
-        budget_left_usd=None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - job.cost_usd),
+        budget_left_usd=(
+            None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - job.cost_usd - billing_usd)
+        ),
         zones=zones,
         current_market=current_market,
         migrates=migrates,

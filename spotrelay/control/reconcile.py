@@ -109,8 +109,10 @@ def reconcile(
         for attempt in live:
             if attempt.instance_id is None or attempt.task_token is None or attempt.interrupted_at is not None:
                 continue
-            if _over_budget(job, attempt, now):
-                spent = job.cost_usd + attempt.cost(now)
+            # the live attempt and any standby launched for it are being billed too
+            billing = [attempt, *(a for a in attempts if a.is_standby and a.handover_from == attempt.attempt)]
+            if _over_budget(job, billing, now):
+                spent = job.cost_usd + sum(a.cost(now) for a in billing)
                 cause = json.dumps({"spent_usd": round(spent, 4), "max_total_cost": job.spec.limits.max_total_cost})
                 workflow.fail_task(attempt.task_token, ERROR_BUDGET_EXHAUSTED, cause)
                 over_budget.append(job.job_id)
@@ -178,7 +180,14 @@ def _back_to_spot(
     ran = max(0.0, (now - attempt.running_at).total_seconds() / 3600)
     progress = max(job.work_done_hours, attempt.work_done_hours_at_start + ran * attempt.relative_speed)
     decision = placement_now(
-        job, progress, store=store, compute=compute, now=now, context=context, current_market=Market.ON_DEMAND
+        job,
+        progress,
+        store=store,
+        compute=compute,
+        now=now,
+        context=context,
+        current_market=Market.ON_DEMAND,
+        billing_usd=attempt.cost(now),
     )
     if decision.market.action is not MarketAction.SPOT:
         return
@@ -305,9 +314,9 @@ def _close_left_open(job: Job, attempt: Attempt, store: JobStore, now: datetime)
         update_job(store, job.job_id, lambda fresh: account(fresh, attempts, None, now))
 
 
-def _over_budget(job: Job, attempt: Attempt, now: datetime) -> bool:
+def _over_budget(job: Job, billing: list[Attempt], now: datetime) -> bool:
     cap = job.spec.limits.max_total_cost
-    return cap is not None and job.cost_usd + attempt.cost(now) >= cap
+    return cap is not None and job.cost_usd + sum(a.cost(now) for a in billing) >= cap
 
 
 def _repair(store: JobStore, compute: Compute, job_id: str, status: str, now: datetime) -> None:

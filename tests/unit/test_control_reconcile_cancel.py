@@ -604,6 +604,27 @@ def test_a_standby_whose_instance_goes_away_is_closed_and_the_request_withdrawn(
     assert world.fail_results("token-1") == []
 
 
+def test_a_standby_counts_toward_the_budget_while_it_waits() -> None:
+    # Given an on-demand job ahead of schedule, capped so that its on-demand run alone stays within the cap
+    # 25 minutes after its standby is launched, and the two together do not
+    world = World()
+    on_demand = on_demand_job(world, deadline_hours=10)
+    od_cost_then = on_demand.hourly_price * (2 + 25 / 60)
+    standby_cost_then = 0.35 * 25 / 60
+    cap = od_cost_then + standby_cost_then / 2
+    job, version = world.store.get_job("train-1")
+    limits = job.spec.limits.model_copy(update={"max_total_cost": cap})
+    world.store.put_job(job.model_copy(update={"spec": job.spec.model_copy(update={"limits": limits})}), version)
+    world.advance(hours=2)
+    assert world.reconcile().standbys == ["train-1#2"]
+    # When reconcile runs 25 minutes later, the handover not done yet
+    world.advance(minutes=25)
+    report = world.reconcile()
+    # Then the job is over its budget: the standby's minutes count
+    assert report.over_budget == ["train-1"]
+    assert world.fail_results("token-1") == ["BudgetExhausted"]
+
+
 def test_a_refused_standby_leaves_the_on_demand_job_running() -> None:
     # Given the on-demand job ahead of schedule, and every spot pool out of capacity
     world = World()
