@@ -440,6 +440,31 @@ def test_a_move_that_fails_is_reported_and_the_next_job_is_still_reconciled() ->
     assert world.reconcile().standbys == ["train-1#2"]
 
 
+STANDBY_ID = "i-00000000000000abc"
+
+
+def standby_record(world: World, on_demand: Attempt, *, running: bool) -> Attempt:
+    """A standby (attempt 2, no task token) for `on_demand`, launched now in the cheapest pool, its instance
+    running in EC2 (the record is for the test to write)."""
+    world.compute.instances[STANDBY_ID] = InstanceState(
+        instance_id=STANDBY_ID, state="running", tags={TAG_MANAGED: "true"}
+    )
+    return on_demand.model_copy(
+        update={
+            "attempt": 2,
+            "pool": CHEAPEST,
+            "hourly_price": 0.35,
+            "instance_id": STANDBY_ID,
+            "task_token": None,
+            "handover_from": 1,
+            "started_at": world.clock.now(),
+            "running_at": world.clock.now() if running else None,
+            "outcome": None,
+            "ended_at": None,
+        }
+    )
+
+
 class FinishesDuringRunInstances(FakeCompute):
     """The job succeeds on on-demand (Finalize) while reconcile waits for RunInstances to answer."""
 
@@ -478,28 +503,13 @@ def test_a_standby_left_open_on_a_finished_job_is_closed_and_its_cost_counted() 
     world.advance(hours=2)
     world.finalize(outcome="SUCCEEDED")
     cost_before = world.job().cost_usd
-    standby = attempt.model_copy(
-        update={
-            "attempt": 2,
-            "pool": CHEAPEST,
-            "hourly_price": 0.35,
-            "instance_id": "i-00000000000000abc",
-            "task_token": None,
-            "handover_from": 1,
-            "started_at": world.clock.now(),
-            "running_at": None,
-        }
-    )
-    world.store.put_attempt(standby)
-    world.store.put_instance_ref(InstanceRef(instance_id="i-00000000000000abc", job_id="train-1", attempt=2))
-    world.compute.instances["i-00000000000000abc"] = InstanceState(
-        instance_id="i-00000000000000abc", state="running", tags={TAG_MANAGED: "true"}
-    )
+    world.store.put_attempt(standby_record(world, attempt, running=False))
+    world.store.put_instance_ref(InstanceRef(instance_id=STANDBY_ID, job_id="train-1", attempt=2))
     world.advance(minutes=20)
     # When reconcile runs
     world.reconcile()
     # Then the instance is terminated, the record closed, and its 20 minutes added to the job's cost
-    assert "i-00000000000000abc" in world.compute.terminated
+    assert STANDBY_ID in world.compute.terminated
     assert world.attempt(number=2).outcome is AttemptOutcome.CANCELLED
     assert world.job().cost_usd == pytest.approx(cost_before + 0.35 * 20 / 60)
 
@@ -555,53 +565,19 @@ def test_launch_never_writes_over_a_standby_recorded_under_its_number() -> None:
     world.advance(hours=2)
     world.recover(failure=error("InstanceLost"))
     assert world.place().action == "launch"
-    standby = attempt.model_copy(
-        update={
-            "attempt": 2,
-            "pool": CHEAPEST,
-            "hourly_price": 0.35,
-            "instance_id": "i-00000000000000abc",
-            "task_token": None,
-            "handover_from": 1,
-            "started_at": world.clock.now(),
-            "running_at": world.clock.now(),
-            "outcome": None,
-            "ended_at": None,
-        }
-    )
-    world.compute.instances["i-00000000000000abc"] = InstanceState(
-        instance_id="i-00000000000000abc", state="running", tags={TAG_MANAGED: "true"}
-    )
+    standby = standby_record(world, attempt, running=True)
     world.compute = StandbyRecordedDuringRunInstances(world, standby)
     # When Launch runs
     with pytest.raises(InsufficientInstanceCapacity):
         world.launch(token="token-2")
     # Then the standby's record stands and Launch's own instance is terminated
-    assert world.attempt(number=2).instance_id == "i-00000000000000abc"
+    assert world.attempt(number=2).instance_id == STANDBY_ID
     assert len(world.compute.terminated) == 1  # Launch's own
-    assert "i-00000000000000abc" not in world.compute.terminated
+    assert STANDBY_ID not in world.compute.terminated
     # And Place plans the standby, which the next Launch adopts
     assert world.place().action == "launch"
-    assert world.launch(token="token-2")["instance_id"] == "i-00000000000000abc"
+    assert world.launch(token="token-2")["instance_id"] == STANDBY_ID
     assert world.attempt(number=2).task_token == "token-2"
-
-
-def test_a_standby_whose_instance_goes_away_is_closed_and_the_request_withdrawn(events_dir: Path) -> None:
-    # Given the running standby, the on-demand attempt asked to hand over
-    world = World()
-    standby = standby_running(world, events_dir)
-    world.advance(minutes=10)
-    # When its instance is terminated (no spot notice)
-    world.handle(
-        recorded_event(
-            events_dir, "instance-state-change-terminated.json", instance_id=standby.instance_id, at=world.clock.now()
-        )
-    )
-    # Then it is closed as LOST with its hours in the pool's record, and the job keeps running on on-demand
-    assert world.attempt(number=2).outcome is AttemptOutcome.LOST
-    assert world.attempt().migrate_requested_at is None
-    assert world.store.pool_observations()[CHEAPEST.offering].instance_hours == pytest.approx(11 / 60)  # since launch
-    assert world.fail_results("token-1") == []
 
 
 def test_a_standby_counts_toward_the_budget_while_it_waits() -> None:
@@ -641,21 +617,28 @@ def test_a_refused_standby_leaves_the_on_demand_job_running() -> None:
     assert world.job().attempts == 1
 
 
-def test_a_standby_interrupted_before_the_handover_is_closed_and_the_request_withdrawn(events_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("event", "outcome", "blocked"),
+    [
+        ("spot-interruption-warning.json", AttemptOutcome.INTERRUPTED, True),
+        ("instance-state-change-terminated.json", AttemptOutcome.LOST, False),
+    ],
+    ids=["interrupted", "terminated"],
+)
+def test_a_standby_that_goes_away_before_the_handover_is_closed_and_the_request_withdrawn(
+    events_dir: Path, event: str, outcome: AttemptOutcome, blocked: bool
+) -> None:
     # Given the running standby, the on-demand attempt asked to hand over and not yet acting on it
     world = World()
     standby = standby_running(world, events_dir)
-    # When the standby gets a spot interruption warning
-    world.advance(minutes=1)
-    world.handle(
-        recorded_event(
-            events_dir, "spot-interruption-warning.json", instance_id=standby.instance_id, at=world.clock.now()
-        )
-    )
-    # Then the standby is closed as interrupted, its pool blocked, the handover request withdrawn, and the
-    # job's Run task on on-demand is left alone
-    assert world.attempt(number=2).outcome is AttemptOutcome.INTERRUPTED
-    assert CHEAPEST in world.blocked()
+    # When, 10 minutes on, the standby gets a spot interruption warning, or its instance is terminated
+    world.advance(minutes=10)
+    world.handle(recorded_event(events_dir, event, instance_id=standby.instance_id, at=world.clock.now()))
+    # Then the standby is closed, with its hours (since its launch) in the pool's record; the pool is blocked
+    # after a warning; the handover request is withdrawn, and the job's Run task on on-demand is left alone
+    assert world.attempt(number=2).outcome is outcome
+    assert world.store.pool_observations()[CHEAPEST.offering].instance_hours == pytest.approx(11 / 60)
+    assert (CHEAPEST in world.blocked()) is blocked
     assert world.attempt().migrate_requested_at is None
     assert world.fail_results("token-1") == []
     assert world.job().state is JobState.RUNNING
