@@ -33,6 +33,12 @@ instead of watching the job; the task fails with `Migrating`, and Recover closes
 terminates the instance. IMDS is checked first in each poll, so a spot notice seen in the same poll
 wins. A read that fails is logged and tried again `migrate_poll_seconds` later.
 
+A job given no grace at a notice (`checkpoint.grace_seconds: 0`: it saves only on its own schedule) would
+lose everything since its last save if stopped at once. A migration has no two-minute deadline, so the
+agent hands such a job over right after its next save instead: it watches the checkpoint dir (names,
+sizes, mtimes) and stops the job once the dir has changed and then held still for a poll, or after
+`checkpoint.interval_minutes` + HANDOVER_SAVE_SLACK_SECONDS at the latest. The job keeps working meanwhile.
+
 The migration is make-before-break: reconcile first launches the spot instance as a standby attempt
 (its record names the attempt it replaces in `handover_from` and has no task token), and asks the
 old attempt to migrate only once the standby is running. The standby's agent waits for the token
@@ -131,6 +137,19 @@ class TaskTokens(Protocol):
 
 
 # --- settings and results ---------------------------------------------------------------------------
+
+
+# A job that saves only on its own schedule is handed over after its next save, or after its checkpoint
+# interval and this much more at the latest.
+HANDOVER_SAVE_SLACK_SECONDS = 300.0
+
+
+@dataclass
+class _DeferredHandover:
+    requested_at: datetime
+    deadline: float  # time.monotonic()
+    signature: tuple[tuple[str, int, int], ...]  # the checkpoint dir as last seen
+    changed: bool = False  # the job has written to it since the request
 
 
 class AgentSettings(BaseModel):
@@ -266,6 +285,7 @@ class Agent:
         self._record_reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attempt-record")
         self._migrate_read: Future[Attempt] | None = None
         self._next_migrate_read = 0.0
+        self._handover: _DeferredHandover | None = None  # a migration waiting for the job's next save
         self._results: list[CheckpointResult] = []
         self._imds_errors: dict[str, float] = {}  # error -> when it was last logged
         self._finality: dict[str, bool] = {}  # manifest key -> is it an attempt's final checkpoint
@@ -374,7 +394,8 @@ class Agent:
 
         A standby attempt (launched ahead of a migration: `handover_from` set, no token yet) gets its
         token only once the attempt it replaces has handed the job back, so it waits longer: up to
-        `standby_wait_seconds` from when it first saw its record as a standby.
+        `standby_wait_seconds` from when it first saw its record as a standby, and a checkpoint interval
+        more for a job that saves only on its own schedule (the old attempt hands over after its next save).
 
         A record that is closed (an outcome) before it has a token is returned as it is: it will never
         get one (the control plane gave up on the standby). `run` then takes the stale path: the job is
@@ -383,6 +404,10 @@ class Agent:
         AgentError (exit non-zero: systemd restarts the agent)."""
         deadline = time.monotonic() + self.settings.attempt_record_wait_seconds
         standby_since: float | None = None
+        assert self.spec is not None
+        standby_wait = self.settings.standby_wait_seconds + (
+            self.spec.checkpoint.interval_minutes * 60 if self.spec.checkpoint.grace_seconds == 0 else 0.0
+        )
         while True:
             try:
                 record = self.store.get_attempt(self.job_id, self.attempt)
@@ -392,7 +417,7 @@ class Agent:
                 return record
             if record is not None and record.handover_from is not None and standby_since is None:
                 standby_since = time.monotonic()
-                deadline = max(deadline, standby_since + self.settings.standby_wait_seconds)
+                deadline = max(deadline, standby_since + standby_wait)
                 self.log.info(
                     "standby: waiting for the previous attempt's job to be handed over",
                     extra={
@@ -404,7 +429,7 @@ class Agent:
                 if standby_since is not None:
                     raise AgentError(
                         f"standby attempt {self.attempt} of job {self.job_id} was not handed the job "
-                        f"within {self.settings.standby_wait_seconds:g} s"
+                        f"within {standby_wait:g} s"
                     )
                 raise AgentError(f"attempt {self.attempt} of job {self.job_id} has no record with a task token")
             if self._stop.wait(self.settings.poll_seconds):
@@ -522,7 +547,7 @@ class Agent:
                 notice = NoticeRecord(action=action.action, time=action.time, seen_at=self.clock())
                 self._update(notice=notice)
                 return self._interrupt(job, notice)
-            requested_at = self._migration_requested()
+            requested_at = self._handover_due(self._migration_requested())
             if requested_at is not None:
                 notice = NoticeRecord(
                     action="migrate", time=requested_at.isoformat(), seen_at=self.clock(), reason="migrate"
@@ -554,6 +579,49 @@ class Agent:
                 self.log.warning("IMDS did not answer", extra={"error": str(e)})
                 self._imds_errors[str(e)] = now
             return None
+
+    def _handover_due(self, requested_at: datetime | None) -> datetime | None:
+        """When to stop for a migration: at once, or for a job that saves only on its own schedule (no grace
+        at a notice) once it has saved (module docstring)."""
+        assert self.spec is not None
+        if self._handover is None:
+            if requested_at is None:
+                return None
+            if self.spec.checkpoint.grace_seconds > 0:
+                return requested_at
+            wait = self.spec.checkpoint.interval_minutes * 60 + HANDOVER_SAVE_SLACK_SECONDS
+            self._handover = _DeferredHandover(
+                requested_at=requested_at,
+                deadline=time.monotonic() + wait,
+                signature=self._checkpoint_dir_signature(),
+            )
+            self.log.info(
+                "migration back to spot requested: handing over after the job's next save",
+                extra={"requested_at": requested_at.isoformat(), "wait_seconds": wait},
+            )
+            return None
+        handover = self._handover
+        signature = self._checkpoint_dir_signature()
+        if time.monotonic() >= handover.deadline:
+            self.log.warning("the job has not saved in time: handing over now", extra={"saved": handover.changed})
+            return handover.requested_at
+        if signature != handover.signature:
+            handover.changed, handover.signature = True, signature  # still being written: look again
+            return None
+        return handover.requested_at if handover.changed else None
+
+    def _checkpoint_dir_signature(self) -> tuple[tuple[str, int, int], ...]:
+        assert self.checkpointer is not None
+        root = self.checkpointer.dir
+        entries = []
+        for path in root.rglob("*"):
+            try:
+                stat = path.stat()
+            except OSError:
+                continue  # removed while we looked: the next look sees the change
+            if path.is_file():
+                entries.append((str(path.relative_to(root)), stat.st_size, stat.st_mtime_ns))
+        return tuple(sorted(entries))
 
     def _migration_requested(self) -> datetime | None:
         """The attempt record's `migrate_requested_at` once a read finds it set. The record is read on

@@ -37,6 +37,7 @@ from spotrelay.policy import MarketAction
 GONE_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 STANDBY_BOOT_SECONDS = 600
 STANDBY_HANDOVER_SECONDS = 1800  # the agent reads its record every minute; a final checkpoint takes minutes
+# (+ the checkpoint interval for a job that saves only on its own schedule: it hands over after its next save)
 STANDBY_RETRY_SECONDS = 1800
 STANDBY_POOLS_TRIED = 3  # spot pools tried per reconcile run for one job (each refusal blocks its pool)
 # A launch is recorded a moment after RunInstances returns; don't call a fresh instance an orphan.
@@ -244,7 +245,7 @@ def _supervise(
     late = (
         (now - standby.started_at).total_seconds() > STANDBY_BOOT_SECONDS
         if running_at is None
-        else (now - running_at).total_seconds() > STANDBY_HANDOVER_SECONDS
+        else (now - running_at).total_seconds() > _handover_seconds(job)
     )
     if state in GONE_STATES or (state == "unknown" and not young) or late:
         _drop(standby, store, compute, now, moves, outcome=AttemptOutcome.LOST if not late else None)
@@ -262,6 +263,11 @@ def _supervise(
     _, asked = update_attempt(store, job.job_id, attempt.attempt, ask_handover(now))
     if asked:
         moves.migrating.append(f"{job.job_id}#{attempt.attempt}")
+
+
+def _handover_seconds(job: Job) -> float:
+    checkpoint = job.spec.checkpoint
+    return STANDBY_HANDOVER_SECONDS + (checkpoint.interval_minutes * 60 if checkpoint.grace_seconds == 0 else 0)
 
 
 def _drop_stray_standbys(

@@ -19,7 +19,8 @@ A worker plays the instance and its agent for one attempt:
                        `running` and reads its attempt record every STANDBY_POLL while the old instance
                        keeps working. Seeing the standby running, the control plane sets
                        `migrate_requested_at` on the old attempt; at its next heartbeat or periodic
-                       checkpoint the old worker reads its record and stops as at a notice: the final
+                       checkpoint the old worker reads its record (a job given no grace at a notice
+                       only right after a periodic save) and stops as at a notice: the final
                        checkpoint (final=True), SendTaskFailure Migrating. Recover terminates the old
                        instance (its `terminated` state change follows; the market's two minutes do not
                        apply) and Launch writes the next Run task's token into the standby's record: at
@@ -105,6 +106,7 @@ class SimulatedWorker:
     checkpointer: Checkpointer | None = None
     checkpoints: list[CheckpointResult] = field(default_factory=list)
     outcome: str | None = None
+    handover_deferred: bool = False  # a migration waits for the job's next save (no grace at a notice)
 
     @property
     def instance_id(self) -> str:
@@ -216,6 +218,9 @@ class SimulatedWorker:
         if self._migration_requested():
             return
         self.checkpoint("periodic")
+        # a job that saves only on its own schedule is handed over right after a save (as the agent does)
+        if self.grace_seconds == 0 and self._migration_requested(just_saved=True):
+            return
         self._next_tick(self.host.now() + self.interval, self._periodic)
 
     def _write_dir(self, work: float) -> None:
@@ -255,13 +260,20 @@ class SimulatedWorker:
             lambda: self.host.emit("terminated", self.instance_id),
         )
 
-    def _migration_requested(self) -> bool:
-        """The agent's read of its attempt record: if the control plane asked for a migration, stop."""
+    def _migration_requested(self, *, just_saved: bool = False) -> bool:
+        """The agent's read of its attempt record: if the control plane asked for a migration, stop. A job
+        given no grace at a notice (it saves only on its own schedule) is stopped only right after a save,
+        so that the move loses nothing; until then it keeps working."""
         try:
             record = self.host.store.get_attempt(self.job_id, self.attempt)
         except NotFoundError:
             return False
         if record.migrate_requested_at is None:
+            return False
+        if self.grace_seconds == 0 and not just_saved:
+            if not self.handover_deferred:
+                self.handover_deferred = True
+                self.host.note(self.job_name, "migration requested: handing over after the job's next save")
             return False
         self.migrate(record.migrate_requested_at)
         return True

@@ -65,6 +65,41 @@ def standby_agent(world: World, imds: ImdsStub, tmp_path: Path, **settings: Any)
     return AgentThread(world.agent(2, imds, tmp_path / "instance-2" / "ckpt", **(values | settings)))
 
 
+HANDING_OVER_AFTER_SAVE = "migration back to spot requested: handing over after the job's next save"
+
+
+def test_a_job_that_saves_only_on_its_own_is_handed_over_after_its_next_save(
+    world: World, imds: ImdsStub, tmp_path: Path, agent_logs: Records
+) -> None:
+    # Given a job given no grace at a notice (it saves only on its own schedule), at step 1 of its work
+    command, control = write_job(tmp_path)
+    world.submit(job_spec(command, tmp_path / "ckpt", grace_seconds=0))
+    checkpoint_dir = tmp_path / "instance-1" / "ckpt"
+    agent = AgentThread(world.agent(1, imds, checkpoint_dir, migrate_poll_seconds=0.1))
+    world.add_attempt(1, world.open_task("run-1"))
+    wait_until((control / "ready-1").exists, what="attempt 1 ready")
+    (control / "step-1-1").write_text("")
+    wait_until((control / "stepped-1-1").exists, what="attempt 1 stepped")
+
+    # When the control plane asks for the move, and the agent has seen the request
+    request_migration(world)
+    wait_until(lambda: agent_logs.logged(HANDING_OVER_AFTER_SAVE, attempt=1), what="the request seen")
+
+    # Then the job keeps running (stopping it now would lose the work since its last save) ...
+    assert world.sent("SendTaskFailure") == []
+    # ... until it saves again: then it is stopped, and the final checkpoint has that save (step 2, 0.2 h)
+    (control / "step-1-2").write_text("")
+    result = agent.result()
+    assert result.outcome is not None
+    assert result.outcome.kind == "migrated"
+    pointer = world.store.get_checkpoint(JOB_ID)
+    assert pointer is not None
+    assert (pointer.attempt, pointer.final, pointer.work_done_hours) == (1, True, 0.2)
+    assert (checkpoint_dir / "step.txt").read_text() == "step 2 of attempt 1\n"
+    [failure] = world.sent("SendTaskFailure")
+    assert failure["error"] == ERROR_MIGRATING
+
+
 class FlakyAttemptReads(DynamoJobStore):
     """The job table, where the attempt reads after the first fail `failures` times (throttled)."""
 

@@ -8,7 +8,7 @@ import heapq
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -186,6 +186,38 @@ def test_a_simulated_worker_asked_to_migrate_checkpoints_fails_with_migrating_an
     # and the worker does nothing more (no heartbeats, no checkpoints)
     assert len(worker.checkpoints) == periodic + 1
     assert len(world.sent("SendTaskFailure")) == 1
+
+
+def test_a_simulated_worker_of_a_job_that_saves_only_on_its_own_hands_over_right_after_its_next_save(
+    world: World, tmp_path: Path
+) -> None:
+    # Given a simulated worker of a job given no grace at a notice (it saves every 30 min on its own),
+    # 2 h 5 min in (its last save at 2 h)
+    world.submit(job_spec("train", tmp_path / "unused", grace_seconds=0, interval_minutes=30))
+    world.add_attempt(1, world.open_task("run-1"))
+    host = VirtualHost(world.store, world.storage, StepFunctionsTaskTokens(world.sfn), tmp_path / "checkpoints")
+    launch = Launch(INSTANCE, ON_DEMAND, START, spot_price=None, max_price=None, client_token=None)
+    worker = replace(worker_for(host, 1, launch), grace_seconds=0)
+    worker.start()
+    host.run_until(START + timedelta(hours=2, minutes=5))
+
+    # When the control plane asks for the move, and the next heartbeat (2 h 10 min) reads the request
+    record = world.store.get_attempt(JOB_ID, 1)
+    world.store.put_attempt(record.model_copy(update={"migrate_requested_at": host.now()}))
+    host.run_until(START + timedelta(hours=2, minutes=20))
+
+    # Then the job keeps working: stopping it now would lose the work since its last save
+    assert worker.state == "running"
+    assert not world.sent("SendTaskFailure")
+    # And right after its next save (2 h 30 min) it is handed over, the final checkpoint losing nothing
+    host.run_until(START + timedelta(hours=2, minutes=31))
+    assert (worker.state, worker.outcome) == ("gone", "migrated")
+    pointer = world.store.get_checkpoint(JOB_ID)
+    assert pointer is not None
+    assert pointer.final
+    assert pointer.work_done_hours == pytest.approx(2.5 * worker.speed, abs=1e-3)
+    [failure] = world.sent("SendTaskFailure")
+    assert failure["error"] == ERROR_MIGRATING
 
 
 def test_a_standby_worker_runs_while_the_old_one_works_then_resumes_from_its_final_checkpoint_once_handed_the_job(
