@@ -62,7 +62,8 @@ MIN_WAIT_SECONDS = 1
 WAIT_MAX_SECONDS = 900
 # A pool that refused a launch (no capacity, price) is skipped for this long: Karpenter's unavailable-
 # offerings cache TTL (UnavailableOfferingsTTL, 3 min, aws/karpenter-provider-aws pkg/cache). Capacity
-# comes back quickly; on the Can't Be Late traces 10 min cost 0.9% more per job than 3 (BENCHMARKS.md).
+# comes back quickly: on the Can't Be Late traces, 10 min cost 0.9% more per job than 3 (the bench's spotrelay
+# replayed with either value).
 REFUSED_POOL_BLOCK_MINUTES = 3
 # After an interruption warning, Recover waits for the attempt's final checkpoint this long at most:
 # the notice gives two minutes, the agent commits within them, plus slack for the upload's tail.
