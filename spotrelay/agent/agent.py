@@ -35,9 +35,13 @@ wins. A read that fails is logged and tried again `migrate_poll_seconds` later.
 
 A job given no grace at a notice (`checkpoint.grace_seconds: 0`: it saves only on its own schedule) would
 lose everything since its last save if stopped at once. A migration has no two-minute deadline, so the
-agent hands such a job over right after its next save instead: it watches the checkpoint dir (names,
-sizes, mtimes) and stops the job once the dir has changed and then held still for a poll, or after
-`checkpoint.interval_minutes` + HANDOVER_SAVE_SLACK_SECONDS at the latest. The job keeps working meanwhile.
+agent hands such a job over right after its next save instead. It scans the checkpoint dir every
+`handover_scan_seconds` (names, sizes, mtimes; not the progress file) and hands over once the dir has
+changed and then stayed still for `handover_quiet_seconds`, or, if the job does not save, after
+`checkpoint.interval_minutes` + HANDOVER_SAVE_SLACK_SECONDS (never while the dir is changing). The final
+checkpoint is taken of the dir as the job saved it, and only then is the job killed: a SIGTERM would set
+it writing with no grace to finish. The job keeps working meanwhile; a request withdrawn meanwhile (the
+standby went away) is dropped and the job goes on.
 
 The migration is make-before-break: reconcile first launches the spot instance as a standby attempt
 (its record names the attempt it replaces in `handover_from` and has no task token), and asks the
@@ -84,7 +88,13 @@ from spotrelay.agent.checkpointer import (
     CheckpointStorage,
     CheckpointUnstable,
 )
-from spotrelay.agent.checkpoints import DEFAULT_REFRESH_AFTER, PROGRESS_FILE_NAME, CheckpointIntegrityError, tail_lines
+from spotrelay.agent.checkpoints import (
+    DEFAULT_REFRESH_AFTER,
+    PROGRESS_FILE_NAME,
+    CheckpointIntegrityError,
+    scan_checkpoint_dir,
+    tail_lines,
+)
 from spotrelay.agent.imds import ImdsError, InstanceAction, RebalanceRecommendation
 from spotrelay.agent.logs import JobLogger
 from spotrelay.agent.runner import (
@@ -147,9 +157,10 @@ HANDOVER_SAVE_SLACK_SECONDS = 300.0
 @dataclass
 class _DeferredHandover:
     requested_at: datetime
-    deadline: float  # time.monotonic()
+    deadline: float  # time.monotonic(): hand over by then, unless the job is in the middle of a save
     signature: tuple[tuple[str, int, int], ...]  # the checkpoint dir as last seen
-    changed: bool = False  # the job has written to it since the request
+    last_scan: float
+    changed_at: float | None = None  # when the dir was last seen changing since the request
 
 
 class AgentSettings(BaseModel):
@@ -158,6 +169,12 @@ class AgentSettings(BaseModel):
     state_dir: Path = DEFAULT_STATE_DIR
     poll_seconds: float = Field(default=5.0, gt=0)
     heartbeat_seconds: float = Field(default=60.0, gt=0)
+    handover_scan_seconds: float = Field(
+        default=10.0, gt=0, description="how often the checkpoint dir is scanned for a save (deferred handover)"
+    )
+    handover_quiet_seconds: float = Field(
+        default=15.0, ge=0, description="how long the checkpoint dir must stay unchanged after a save"
+    )
     migrate_poll_seconds: float = Field(
         default=60.0, gt=0, description="how often the attempt record is read for a migration request"
     )
@@ -286,6 +303,7 @@ class Agent:
         self._migrate_read: Future[Attempt] | None = None
         self._next_migrate_read = 0.0
         self._handover: _DeferredHandover | None = None  # a migration waiting for the job's next save
+        self._request_withdrawn = False  # the latest read of the record found no migration request
         self._results: list[CheckpointResult] = []
         self._imds_errors: dict[str, float] = {}  # error -> when it was last logged
         self._finality: dict[str, bool] = {}  # manifest key -> is it an attempt's final checkpoint
@@ -582,46 +600,58 @@ class Agent:
 
     def _handover_due(self, requested_at: datetime | None) -> datetime | None:
         """When to stop for a migration: at once, or for a job that saves only on its own schedule (no grace
-        at a notice) once it has saved (module docstring)."""
+        at a notice) once it has saved (module docstring). A deferred handover whose request is withdrawn
+        (its standby went away) is dropped: the job goes on here."""
         assert self.spec is not None
-        if self._handover is None:
+        handover = self._handover
+        if handover is None:
             if requested_at is None:
                 return None
             if self.spec.checkpoint.grace_seconds > 0:
                 return requested_at
             wait = self.spec.checkpoint.interval_minutes * 60 + HANDOVER_SAVE_SLACK_SECONDS
+            now = time.monotonic()
             self._handover = _DeferredHandover(
                 requested_at=requested_at,
-                deadline=time.monotonic() + wait,
+                deadline=now + wait,
                 signature=self._checkpoint_dir_signature(),
+                last_scan=now,
             )
+            self._request_withdrawn = False
             self.log.info(
                 "migration back to spot requested: handing over after the job's next save",
                 extra={"requested_at": requested_at.isoformat(), "wait_seconds": wait},
             )
             return None
-        handover = self._handover
-        signature = self._checkpoint_dir_signature()
-        if time.monotonic() >= handover.deadline:
-            self.log.warning("the job has not saved in time: handing over now", extra={"saved": handover.changed})
-            return handover.requested_at
-        if signature != handover.signature:
-            handover.changed, handover.signature = True, signature  # still being written: look again
+        if self._request_withdrawn:
+            self.log.info("the handover request was withdrawn: the job goes on here")
+            self._handover = None
             return None
-        return handover.requested_at if handover.changed else None
+        now = time.monotonic()
+        if now - handover.last_scan < self.settings.handover_scan_seconds:
+            return None
+        handover.last_scan = now
+        signature = self._checkpoint_dir_signature()
+        if signature != handover.signature:
+            handover.signature, handover.changed_at = signature, now  # being written: wait for it to settle
+            return None
+        settled = handover.changed_at is not None and now - handover.changed_at >= self.settings.handover_quiet_seconds
+        if settled:
+            return handover.requested_at
+        if now >= handover.deadline and (handover.changed_at is None or settled):
+            self.log.warning("the job has not saved in time: handing over now")
+            return handover.requested_at
+        return None
 
     def _checkpoint_dir_signature(self) -> tuple[tuple[str, int, int], ...]:
+        """The job's own files in the checkpoint dir (names, sizes, mtimes), without the progress file
+        (rewritten at every step, not a save). A scan that fails is no change."""
         assert self.checkpointer is not None
-        root = self.checkpointer.dir
-        entries = []
-        for path in root.rglob("*"):
-            try:
-                stat = path.stat()
-            except OSError:
-                continue  # removed while we looked: the next look sees the change
-            if path.is_file():
-                entries.append((str(path.relative_to(root)), stat.st_size, stat.st_mtime_ns))
-        return tuple(sorted(entries))
+        try:
+            files = scan_checkpoint_dir(self.checkpointer.dir)
+        except OSError:
+            return self._handover.signature if self._handover is not None else ()
+        return tuple(sorted((f.path, f.size, f.mtime_ns) for path, f in files.items() if path != PROGRESS_FILE_NAME))
 
     def _migration_requested(self) -> datetime | None:
         """The attempt record's `migrate_requested_at` once a read finds it set. The record is read on
@@ -640,6 +670,7 @@ class Agent:
                     extra={"error": f"{type(e).__name__}: {e}", "retry_in_seconds": self.settings.migrate_poll_seconds},
                 )
                 return None
+            self._request_withdrawn = record.migrate_requested_at is None
             if record.migrate_requested_at is not None:
                 return record.migrate_requested_at
         now = time.monotonic()
@@ -716,6 +747,8 @@ class Agent:
                 "spot interruption notice: stopping the job and checkpointing",
                 extra={"action": notice.action, "action_time": notice.time, "grace_seconds": grace},
             )
+        if notice.reason == "migrate" and grace == 0:
+            return self._hand_over_as_saved(job, notice)
         ended, code = self._exit_status(job)
         if not ended:
             job.terminate()
@@ -732,6 +765,26 @@ class Agent:
         except Exception:
             self.log.exception("the final checkpoint failed")
             result = None
+        if result is not None:
+            self._log_checkpoint(result)
+        return _Interrupted(notice=notice, exit_code=code, checkpoint=result)
+
+    def _hand_over_as_saved(self, job: RunningJob, notice: NoticeRecord) -> _Interrupted:
+        """A job that saves only on its own schedule, handed over right after a save: the final checkpoint
+        is taken of the dir as it saved it, and only then is the job killed (a SIGTERM would set it writing,
+        and with no grace it would be killed mid-write)."""
+        assert self.checkpointer is not None
+        self._drop_background()
+        try:
+            result: CheckpointResult | None = self.checkpointer.take("final", final=True)
+        except Exception:
+            self.log.exception("the final checkpoint failed")
+            result = None
+        ended, code = self._exit_status(job)
+        if not ended:
+            job.kill()
+            ended, code = self._wait_for_exit(job, self.settings.kill_wait_seconds)
+        self.log.info("the job has stopped", extra={"exit_code": code, "stopped": ended})
         if result is not None:
             self._log_checkpoint(result)
         return _Interrupted(notice=notice, exit_code=code, checkpoint=result)

@@ -70,11 +70,10 @@ def _segments(ctx: JobContext, end: float, *, interval_overheads: bool = False) 
     price carries its interval's share of a restart, d * p_min(I) / (L - d) (module docstring)."""
     job = ctx.job
     cap = job.max_price
-    on_demand = tuple(
-        (price, relative_speed(INSTANCE_TYPES[name]))
-        for name in job.instance_types
-        if (price := job.on_demand_prices.get(name)) is not None and (cap is None or price <= cap)
-    )
+    priced = [(price, relative_speed(INSTANCE_TYPES[name])) for name, price in job.on_demand_prices.items()]
+    # The on-demand types within the cap; with none, every priced one: the replay's rescue finishes a job
+    # on on-demand ignoring the cap when it has to (sim._rescue), so such schedules exist too.
+    on_demand = tuple(o for o in priced if cap is None or o[0] <= cap) or tuple(priced)
     start = job.submit_hours
     points = [start, *ctx.change_times(start, end), end]
     spans = [(a, b) for a, b in itertools.pairwise(points) if b > a]
@@ -127,7 +126,7 @@ def omniscient_bound(ctx: JobContext) -> Bound:
     c_min = min((price for seg in segments for price, _ in seg.options), default=math.inf)
     cost += job.restart_overhead_hours * c_min
     tightened, tightened_finish, tightened_exact = _lp(_segments(ctx, end, interval_overheads=True), job.work_hours)
-    if tightened > cost:
+    if math.isfinite(tightened) and tightened > cost:  # infinite: no spot interval longer than d; LP stands
         cost, finish, exact = tightened, tightened_finish, tightened_exact
     return Bound(cost=cost, completion_hours=finish - job.submit_hours, exact_lp=exact, within_deadline=within)
 

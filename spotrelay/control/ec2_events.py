@@ -189,9 +189,12 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
         handled = _standby_event(event, detail, attempt, job, base, store=store, block_minutes=block_minutes)
         if handled is not None:
             return handled
-        # Launch adopted the standby while this event was handled: it is the job's attempt now
+        # Launch adopted the standby while this event was handled: it is the job's attempt now, even
+        # before Launch's next write moves job.attempts onto it
         job, _ = store.get_job(ref.job_id)
         attempt = store.get_attempt(ref.job_id, ref.attempt)
+        if attempt.handover_from == job.attempts and attempt.task_token is not None:
+            job = job.model_copy(update={"attempts": attempt.attempt})
     action = kind.action_for(detail, attempt, job)
     if isinstance(action, Ignore):
         return base.model_copy(update={"reason": action.reason})

@@ -269,7 +269,7 @@ def launch_step(
     attempts = store.attempts(job_id)
     for attempt in attempts:
         if attempt.task_token == task_token:  # this Run task already launched (a retried invocation)
-            update_job(store, job_id, _count_attempt(attempt.attempt, now))
+            update_job(store, job_id, _count_attempt(attempt.attempt, now, running=attempt.running_at is not None))
             return _launched(attempt)
     standby = next((a for a in attempts if a.is_standby and a.handover_from == job.attempts), None)
     if standby is not None:

@@ -110,10 +110,9 @@ def reconcile(
         for attempt in live:
             if attempt.instance_id is None or attempt.task_token is None or attempt.interrupted_at is not None:
                 continue
-            # the live attempt and any standby launched for it are being billed too
-            billing = [attempt, *(a for a in attempts if a.is_standby and a.handover_from == attempt.attempt)]
-            if _over_budget(job, billing, now):
-                spent = job.cost_usd + sum(a.cost(now) for a in billing)
+            # every attempt so far: the live one, its standby, and standbys closed since the last total
+            if _over_budget(job, attempts, now):
+                spent = sum(a.cost(now) for a in attempts)
                 cause = json.dumps({"spent_usd": round(spent, 4), "max_total_cost": job.spec.limits.max_total_cost})
                 workflow.fail_task(attempt.task_token, ERROR_BUDGET_EXHAUSTED, cause)
                 over_budget.append(job.job_id)
@@ -228,6 +227,8 @@ def _back_to_spot(
             or current.outcome is not None
         ):
             _drop(standby, store, compute, now, moves, outcome=None)
+            if fresh_job.state.is_terminal:  # Finalize or cancel has totalled the job without it
+                _retotal(store, job.job_id, now)
             return
         moves.standbys.append(f"{job.job_id}#{number}")
         return
@@ -316,13 +317,18 @@ def _close_left_open(job: Job, attempt: Attempt, store: JobStore, now: datetime)
         store, job.job_id, attempt.attempt, lambda fresh: close_attempt(fresh, AttemptOutcome.CANCELLED, now, None)
     )
     if closed:
-        attempts = store.attempts(job.job_id)
-        update_job(store, job.job_id, lambda fresh: account(fresh, attempts, None, now))
+        _retotal(store, job.job_id, now)
 
 
-def _over_budget(job: Job, billing: list[Attempt], now: datetime) -> bool:
+def _retotal(store: JobStore, job_id: str, now: datetime) -> None:
+    """The job's cost and lost work again from all its attempts (one closed after the job was totalled)."""
+    attempts = store.attempts(job_id)
+    update_job(store, job_id, lambda fresh: account(fresh, attempts, None, now))
+
+
+def _over_budget(job: Job, attempts: list[Attempt], now: datetime) -> bool:
     cap = job.spec.limits.max_total_cost
-    return cap is not None and job.cost_usd + sum(a.cost(now) for a in billing) >= cap
+    return cap is not None and sum(a.cost(now) for a in attempts) >= cap
 
 
 def _repair(store: JobStore, compute: Compute, job_id: str, status: str, now: datetime) -> None:

@@ -66,6 +66,9 @@ def standby_agent(world: World, imds: ImdsStub, tmp_path: Path, **settings: Any)
 
 
 HANDING_OVER_AFTER_SAVE = "migration back to spot requested: handing over after the job's next save"
+WITHDRAWN = "the handover request was withdrawn: the job goes on here"
+# Fast scans; the dir must stay still for 0.3 s after a save
+DEFERRED: dict[str, Any] = {"migrate_poll_seconds": 0.05, "handover_scan_seconds": 0.02, "handover_quiet_seconds": 0.3}
 
 
 def test_a_job_that_saves_only_on_its_own_is_handed_over_after_its_next_save(
@@ -75,7 +78,7 @@ def test_a_job_that_saves_only_on_its_own_is_handed_over_after_its_next_save(
     command, control = write_job(tmp_path)
     world.submit(job_spec(command, tmp_path / "ckpt", grace_seconds=0))
     checkpoint_dir = tmp_path / "instance-1" / "ckpt"
-    agent = AgentThread(world.agent(1, imds, checkpoint_dir, migrate_poll_seconds=0.1))
+    agent = AgentThread(world.agent(1, imds, checkpoint_dir, **DEFERRED))
     world.add_attempt(1, world.open_task("run-1"))
     wait_until((control / "ready-1").exists, what="attempt 1 ready")
     (control / "step-1-1").write_text("")
@@ -98,6 +101,33 @@ def test_a_job_that_saves_only_on_its_own_is_handed_over_after_its_next_save(
     assert (checkpoint_dir / "step.txt").read_text() == "step 2 of attempt 1\n"
     [failure] = world.sent("SendTaskFailure")
     assert failure["error"] == ERROR_MIGRATING
+
+
+def test_a_deferred_handover_whose_request_is_withdrawn_leaves_the_job_running_here(
+    world: World, imds: ImdsStub, tmp_path: Path, agent_logs: Records
+) -> None:
+    # Given a job that saves only on its own schedule, whose agent is waiting for its next save to hand over
+    command, control = write_job(tmp_path)
+    world.submit(job_spec(command, tmp_path / "ckpt", grace_seconds=0))
+    agent = AgentThread(world.agent(1, imds, tmp_path / "instance-1" / "ckpt", **DEFERRED))
+    world.add_attempt(1, world.open_task("run-1"))
+    wait_until((control / "ready-1").exists, what="attempt 1 ready")
+    request_migration(world)
+    wait_until(lambda: agent_logs.logged(HANDING_OVER_AFTER_SAVE, attempt=1), what="the request seen")
+
+    # When the control plane withdraws the request (the standby went away) before the job saves
+    record = world.store.get_attempt(JOB_ID, 1)
+    world.store.put_attempt(record.model_copy(update={"migrate_requested_at": None}))
+    wait_until(lambda: agent_logs.logged(WITHDRAWN, attempt=1), what="the withdrawal seen")
+    (control / "step-1-1").write_text("")
+    wait_until((control / "stepped-1-1").exists, what="attempt 1 stepped")
+    (control / "exit-1").write_text("0")
+    result = agent.result()
+
+    # Then the job was not stopped for the move: it ran to its end here, and the task succeeded
+    assert result.outcome is not None
+    assert result.outcome.kind == "succeeded"
+    assert world.sent("SendTaskFailure") == []
 
 
 class FlakyAttemptReads(DynamoJobStore):

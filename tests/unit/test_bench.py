@@ -136,6 +136,29 @@ def test_the_bound_charges_a_restart_for_every_availability_interval_it_uses() -
     assert result.cost == pytest.approx(lower)
 
 
+@pytest.mark.parametrize("overhead", [0.4, 0.5])
+def test_the_bound_stays_below_a_rescue_on_demand_run_above_the_price_cap(overhead: float) -> None:
+    # Given half-hour spot flaps no longer than ~the restart overhead, and a price cap below on-demand (so a
+    # job may only finish on on-demand by the replay's rescue, which ignores the cap)
+    builder = MarketBuilder(START)
+    trace = parse_availability_trace(trace_json([1, 0] * 60, gap_seconds=1800), "us-east-1a", "v100_1")
+    builder.add_trace(trace, PAPER_INSTANCE_TYPE, spot_price_usd_per_hour=SPOT)
+    market = builder.build()
+    job = bench_job(["us-east-1a"], work=3, deadline=30, overhead=overhead)
+    limits = job.spec.limits.model_copy(update={"max_price_per_hour": 1.0})
+    job = dataclasses.replace(job, spec=job.spec.model_copy(update={"limits": limits}))
+
+    # When the on-demand policy (given up at once, rescued on on-demand) replays it, and the bound is computed
+    rescued = replay("on-demand", job, market)
+    lower = bound(job, market)
+
+    # Then the rescued run met the deadline, and the bound is finite and no higher than what it paid
+    assert rescued.deadline_met
+    assert rescued.rescued is not None
+    assert math.isfinite(lower)
+    assert lower <= rescued.cost
+
+
 @pytest.mark.parametrize("policy", DEADLINE_AWARE)
 def test_on_a_never_available_trace_deadline_aware_policies_finish_on_demand_in_time(policy: str) -> None:
     # Given a zone that never has spot capacity

@@ -601,6 +601,56 @@ def test_a_standby_counts_toward_the_budget_while_it_waits() -> None:
     assert world.fail_results("token-1") == ["BudgetExhausted"]
 
 
+def test_a_launch_retried_after_adopting_the_standby_makes_the_job_running(events_dir: Path) -> None:
+    # Given the running standby, the on-demand attempt handed over (Recover, Place done), and a Launch that
+    # adopted the standby but failed before it wrote the job (a DynamoDB error)
+    world = World()
+    standby = standby_running(world, events_dir)
+    world.checkpoint(attempt=1, seq=3, work_done_hours=1.95, final=True)
+    world.recover(failure=error("Migrating"))
+    world.place()
+    world.store.fail_next["put_job"] = RuntimeError("ProvisionedThroughputExceededException")
+    with pytest.raises(RuntimeError):
+        world.launch(token="token-2")
+    assert world.job().state is JobState.LAUNCHING
+    # When Step Functions retries the Launch invocation (same task token)
+    launched = world.launch(token="token-2")
+    # Then it is the standby, and the job is RUNNING (its `running` event came long before)
+    assert launched["instance_id"] == standby.instance_id
+    assert (world.job().attempts, world.job().state) == (2, JobState.RUNNING)
+
+
+def test_a_notice_for_a_standby_adopted_while_it_was_handled_fails_the_new_run_task(events_dir: Path) -> None:
+    # Given the running standby, handed over; Launch adopts it while its interruption warning is being handled
+    world = World()
+    standby = standby_running(world, events_dir)
+    world.checkpoint(attempt=1, seq=3, work_done_hours=1.95, final=True)
+    world.recover(failure=error("Migrating"))
+    world.place()
+    adopt = True
+
+    def launch_adopts() -> None:  # between ec2_events' read of the standby and its conditional close
+        nonlocal adopt
+        if adopt:
+            adopt = False
+            world.store.fail_next["put_job"] = RuntimeError("throttled")  # job.attempts not moved on yet
+            with pytest.raises(RuntimeError):
+                world.launch(token="token-2")
+            world.workflow.open_task("token-2")
+
+    world.store.after_attempt_read.append(launch_adopts)
+    # When the warning for the standby's instance is handled
+    world.advance(minutes=1)
+    outcome = world.handle(
+        recorded_event(
+            events_dir, "spot-interruption-warning.json", instance_id=standby.instance_id, at=world.clock.now()
+        )
+    )
+    # Then it is handled as the job's attempt: the new Run task fails with SpotInterrupted
+    assert outcome.action == "interrupt"
+    assert world.fail_results("token-2") == ["SpotInterrupted"]
+
+
 def test_a_refused_standby_leaves_the_on_demand_job_running() -> None:
     # Given the on-demand job ahead of schedule, and every spot pool out of capacity
     world = World()
