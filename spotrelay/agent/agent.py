@@ -38,7 +38,8 @@ lose everything since its last save if stopped at once. A migration has no two-m
 agent hands such a job over right after its next save instead. It scans the checkpoint dir every
 `handover_scan_seconds` (names, sizes, mtimes; not the progress file) and hands over once the dir has
 changed and then stayed still for `handover_quiet_seconds`, or, if the job does not save, after
-`checkpoint.interval_minutes` + HANDOVER_SAVE_SLACK_SECONDS (never while the dir is changing). The final
+`checkpoint.interval_minutes` + HANDOVER_SAVE_SLACK_SECONDS (not while the dir is changing, unless it
+never stops: then HANDOVER_SAVE_SLACK_SECONDS later, within reconcile's handover limit). The final
 checkpoint is taken of the dir as the job saved it, and only then is the job killed: a SIGTERM would set
 it writing with no grace to finish. The job keeps working meanwhile; a request withdrawn meanwhile (the
 standby went away) is dropped and the job goes on.
@@ -640,6 +641,10 @@ class Agent:
             return handover.requested_at
         if now >= handover.deadline and (handover.changed_at is None or settled):
             self.log.warning("the job has not saved in time: handing over now")
+            return handover.requested_at
+        if now >= handover.deadline + HANDOVER_SAVE_SLACK_SECONDS:
+            # a dir that never holds still (a job logging into it): hand over within reconcile's limit
+            self.log.warning("the checkpoint dir keeps changing: handing over now")
             return handover.requested_at
         return None
 
