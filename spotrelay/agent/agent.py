@@ -765,26 +765,25 @@ class Agent:
                 ended, code = self._wait_for_exit(job, self.settings.kill_wait_seconds)
         self.log.info("the job has stopped", extra={"exit_code": code, "stopped": ended})
         self._drop_background()
-        try:
-            result: CheckpointResult | None = self.checkpointer.take("final", final=True)
-        except Exception:
-            self.log.exception("the final checkpoint failed")
-            result = None
+        result = self._final_checkpoint()
         if result is not None:
             self._log_checkpoint(result)
         return _Interrupted(notice=notice, exit_code=code, checkpoint=result)
+
+    def _final_checkpoint(self) -> CheckpointResult | None:
+        assert self.checkpointer is not None
+        try:
+            return self.checkpointer.take("final", final=True)
+        except Exception:
+            self.log.exception("the final checkpoint failed")
+            return None
 
     def _hand_over_as_saved(self, job: RunningJob, notice: NoticeRecord) -> _Interrupted:
         """A job that saves only on its own schedule, handed over right after a save: the final checkpoint
         is taken of the dir as it saved it, and only then is the job killed (a SIGTERM would set it writing,
         and with no grace it would be killed mid-write)."""
-        assert self.checkpointer is not None
         self._drop_background()
-        try:
-            result: CheckpointResult | None = self.checkpointer.take("final", final=True)
-        except Exception:
-            self.log.exception("the final checkpoint failed")
-            result = None
+        result = self._final_checkpoint()
         ended, code = self._exit_status(job)
         if not ended:
             job.kill()
