@@ -105,6 +105,18 @@ def worker_for(host: VirtualHost, attempt: int, launch: Launch) -> SimulatedWork
     )
 
 
+def on_demand_worker(world: World, tmp_path: Path, *, grace_seconds: int) -> tuple[VirtualHost, SimulatedWorker]:
+    """Attempt 1 of a 10-hour job (a checkpoint every 30 min) on an on-demand instance, its Run task open,
+    its worker started at START."""
+    world.submit(job_spec("train", tmp_path / "unused", grace_seconds=grace_seconds, interval_minutes=30))
+    world.add_attempt(1, world.open_task("run-1"))
+    host = VirtualHost(world.store, world.storage, StepFunctionsTaskTokens(world.sfn), tmp_path / "checkpoints")
+    launch = Launch(INSTANCE, ON_DEMAND, START, spot_price=None, max_price=None, client_token=None)
+    worker = replace(worker_for(host, 1, launch), grace_seconds=grace_seconds)
+    worker.start()
+    return host, worker
+
+
 def add_standby(world: World, number: int, handover_from: int, at: datetime) -> None:
     """What reconcile does ahead of a handover: attempt `number` on a spot instance, no task token."""
     world.store.put_attempt(
@@ -124,22 +136,7 @@ def test_a_simulated_worker_asked_to_migrate_checkpoints_fails_with_migrating_an
     world: World, tmp_path: Path
 ) -> None:
     # Given a simulated worker on an on-demand instance, its job two hours in (periodic checkpoints every 30 min)
-    world.submit(job_spec("train", tmp_path / "unused", grace_seconds=60, interval_minutes=30))
-    world.add_attempt(1, world.open_task("run-1"))
-    host = VirtualHost(world.store, world.storage, StepFunctionsTaskTokens(world.sfn), tmp_path / "checkpoints")
-    launch = Launch(INSTANCE, ON_DEMAND, START, spot_price=None, max_price=None, client_token=None)
-    worker = SimulatedWorker(
-        host=host,
-        launch=launch,
-        job_id=JOB_ID,
-        job_name="train",
-        attempt=1,
-        work_hours=10.0,
-        interval=timedelta(minutes=30),
-        grace_seconds=60,
-        interruption_at=None,
-    )
-    worker.start()
+    host, worker = on_demand_worker(world, tmp_path, grace_seconds=60)
     host.run_until(START + timedelta(hours=2))
     assert worker.state == "running"
     periodic = len(worker.checkpoints)
@@ -193,12 +190,7 @@ def test_a_simulated_worker_of_a_job_that_saves_only_on_its_own_hands_over_right
 ) -> None:
     # Given a simulated worker of a job given no grace at a notice (it saves every 30 min on its own),
     # 2 h 5 min in (its last save at 2 h)
-    world.submit(job_spec("train", tmp_path / "unused", grace_seconds=0, interval_minutes=30))
-    world.add_attempt(1, world.open_task("run-1"))
-    host = VirtualHost(world.store, world.storage, StepFunctionsTaskTokens(world.sfn), tmp_path / "checkpoints")
-    launch = Launch(INSTANCE, ON_DEMAND, START, spot_price=None, max_price=None, client_token=None)
-    worker = replace(worker_for(host, 1, launch), grace_seconds=0)
-    worker.start()
+    host, worker = on_demand_worker(world, tmp_path, grace_seconds=0)
     host.run_until(START + timedelta(hours=2, minutes=5))
 
     # When the control plane asks for the move, and the next heartbeat (2 h 10 min) reads the request
