@@ -294,8 +294,8 @@ ABOUT = """## How to read this
   the spot instance is launched first, so a pool without capacity leaves the job on on-demand). Its
   safety net keeps a checkpoint interval of slack more for jobs whose spec gives no grace to save at the
   notice (the fleet's periodic-only jobs). Idealisations in its favour: an idle job is re-placed at every
-  market change and when a block lapses, where production re-places after the Wait state's backoff (1 to
-  15 min), and an on-demand job at every market change, where reconcile looks every few minutes; a move
+  market change and when a block lapses, where production re-places after the Wait state's backoff (1, 2, then
+  every 3 min), and an on-demand job at every market change, where reconcile looks every few minutes; a move
   back to spot costs d on the spot instance, as a restart does, where production also bills the
   on-demand instance for the standby's boot (it keeps working meanwhile). Against it: the other policies
   see a pool's capacity the moment it returns; spotrelay finds out by launching (a refused pool is

@@ -56,15 +56,18 @@ from spotrelay.policy import (
 
 # How many of the ranked pools Place hands to Launch.
 PLAN_DEPTH = 10
-# Backoff while no pool is feasible: 1, 2, 4, ... minutes, at most 15 (the Wait state sleeps it).
+# Backoff while no pool is feasible: 1, 2, then every 3 minutes (the Wait state sleeps it). At most the
+# refused-launch block: a waiting job tries a pool again as soon as its block lapses, so it finds
+# capacity within minutes of its return (a Place and a Launch every 3 minutes cost next to nothing;
+# every minute of a late start eats slack that on-demand may have to buy back).
 WAIT_BASE_SECONDS = 60
 MIN_WAIT_SECONDS = 1
-WAIT_MAX_SECONDS = 900
 # A pool that refused a launch (no capacity, price) is skipped for this long: Karpenter's unavailable-
 # offerings cache TTL (UnavailableOfferingsTTL, 3 min, aws/karpenter-provider-aws pkg/cache). Capacity
 # comes back quickly: on the Can't Be Late traces, 10 min cost 0.9% more per job than 3 (the bench's spotrelay
 # replayed with either value).
 REFUSED_POOL_BLOCK_MINUTES = 3
+WAIT_MAX_SECONDS = REFUSED_POOL_BLOCK_MINUTES * 60
 # After an interruption warning, Recover waits for the attempt's final checkpoint this long at most:
 # the notice gives two minutes, the agent commits within them, plus slack for the upload's tail.
 FINAL_CHECKPOINT_WAIT_SECONDS = 150

@@ -48,7 +48,7 @@ def test_place_waits_when_every_pool_is_above_the_jobs_price_cap() -> None:
     assert job.waiting_since == world.clock.now()
 
 
-def test_place_backs_off_doubling_the_wait_up_to_fifteen_minutes() -> None:
+def test_place_backs_off_doubling_the_wait_up_to_the_three_minute_block() -> None:
     # Given a job no pool can take
     world = World()
     world.admitted(limits={"max_price_per_hour": 0.3})
@@ -59,8 +59,8 @@ def test_place_backs_off_doubling_the_wait_up_to_fifteen_minutes() -> None:
         assert result.action == "wait"
         waits.append(result.wait_seconds)
         world.advance(seconds=result.wait_seconds)
-    # Then the waits double from one minute and stop at fifteen
-    assert waits == [60, 120, 240, 480, 900, 900, 900]
+    # Then the waits double from one minute and stop at three (a refused pool's block)
+    assert waits == [60, 120, 180, 180, 180, 180, 180]
 
 
 @pytest.mark.parametrize(
