@@ -7,6 +7,7 @@ pools is its tie-break; the tests assert where the plan may go, not which pool w
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -209,6 +210,9 @@ def test_recover_waits_for_the_final_checkpoint_then_relaunches(deployment: Depl
 def test_finalize_terminates_and_totals_the_cost_of_every_attempt(
     deployment: Deployment, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # The warning is wanted whatever level an earlier test in this process left on the `spotrelay` logger
+    # (a Powertools Logger of that service sets it from its environment)
+    caplog.set_level(logging.WARNING, logger="spotrelay.aws.wakeup")
     # Given a job whose first attempt was interrupted after an hour at $0.50/h (a recorded history),
     # and whose second attempt was launched and is running
     start = deployment.clock.now()
