@@ -20,7 +20,8 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from spotrelay.config import ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
-from spotrelay.control.jobs import ask_handover, update_attempt, update_job, withdraw_handover
+from spotrelay.control.jobs import ask_handover, mark_running, update_attempt, update_job, withdraw_handover
+from spotrelay.control.lifecycle import close_standby
 from spotrelay.control.ports import JobStore, NotFoundError, Workflow
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, ensure_transition
 from spotrelay.policy import BlockedPool
@@ -208,12 +209,7 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
         )
         return base.model_copy(update={"action": "rebalance"})
     if isinstance(action, MarkRunning):
-        update_attempt(
-            store,
-            ref.job_id,
-            ref.attempt,
-            lambda fresh: fresh.model_copy(update={"running_at": event.time}) if fresh.outcome is None else None,
-        )
+        update_attempt(store, ref.job_id, ref.attempt, mark_running(event.time))
         update_job(store, ref.job_id, _running(ref.attempt, event.time))
         return base.model_copy(update={"action": "running"})
     closed = not _fail_task(workflow, attempt, ERROR_INSTANCE_LOST, event, detail.instance_id)
@@ -247,12 +243,7 @@ def _standby_event(
     previous = standby.handover_from
     assert previous is not None
     if isinstance(detail, StateChangeDetail) and detail.state == "running":
-        update_attempt(
-            store,
-            standby.job_id,
-            standby.attempt,
-            lambda fresh: fresh.model_copy(update={"running_at": event.time}) if fresh.running_at is None else None,
-        )
+        update_attempt(store, standby.job_id, standby.attempt, mark_running(event.time))
         _, asked = update_attempt(store, standby.job_id, previous, ask_handover(event.time))
         return base.model_copy(
             update={"action": "handover", "reason": f"asked attempt {previous} to hand over" if asked else "asked"}
@@ -261,20 +252,12 @@ def _standby_event(
     if interrupted:
         _interrupt(standby, event.time, first=standby.interrupted_at is None, store=store, block_minutes=block_minutes)
     outcome = AttemptOutcome.INTERRUPTED if interrupted else AttemptOutcome.LOST
-    closed_standby, closed = update_attempt(
-        store,
-        standby.job_id,
-        standby.attempt,
-        lambda fresh: (
-            fresh.model_copy(update={"outcome": outcome, "ended_at": event.time}) if fresh.is_standby else None
-        ),
-    )
-    if not closed:
-        if closed_standby.outcome is None and closed_standby.task_token is not None:
+    closed_standby = close_standby(store, standby, outcome, event.time)
+    if closed_standby is None:
+        fresh = store.get_attempt(standby.job_id, standby.attempt)
+        if fresh.outcome is None and fresh.task_token is not None:
             return None  # adopted meanwhile
-        return base.model_copy(update={"reason": f"standby already ended ({closed_standby.outcome})"})
-    if closed_standby.running_at is not None:  # the pool's statistics: its hours too, not only the notice
-        store.record_pool_usage(closed_standby.pool, closed_standby.runtime_hours(event.time), 0)
+        return base.model_copy(update={"reason": f"standby already ended ({fresh.outcome})"})
     update_attempt(store, standby.job_id, previous, withdraw_handover)
     return base.model_copy(update={"action": "standby-lost", "reason": str(outcome)})
 

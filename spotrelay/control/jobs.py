@@ -78,3 +78,14 @@ def withdraw_handover(fresh: Attempt) -> Attempt | None:
     if fresh.outcome is not None or fresh.migrate_requested_at is None:
         return None
     return fresh.model_copy(update={"migrate_requested_at": None})
+
+
+def mark_running(at: datetime) -> Callable[[Attempt], Attempt | None]:
+    """A change for `update_attempt`: the instance reached `running` at `at` (once; not after it ended)."""
+
+    def change(fresh: Attempt) -> Attempt | None:
+        if fresh.outcome is not None or fresh.running_at is not None:
+            return None
+        return fresh.model_copy(update={"running_at": at})
+
+    return change

@@ -553,6 +553,22 @@ def close_attempt(
     return attempt.model_copy(update={"outcome": outcome, "ended_at": now, "lost_work_hours": lost})
 
 
+def close_standby(store: JobStore, standby: Attempt, outcome: AttemptOutcome, at: datetime) -> Attempt | None:
+    """Close a standby (a conditional write: one Launch adopted meanwhile is no longer a standby and stays
+    open) and put its hours into its pool's record. The closed attempt, or None if this call did not close it."""
+    closed, changed = update_attempt(
+        store,
+        standby.job_id,
+        standby.attempt,
+        lambda fresh: close_attempt(fresh, outcome, at, None) if fresh.is_standby else None,
+    )
+    if not changed:
+        return None
+    if closed.pool.market is Market.SPOT and closed.running_at is not None:
+        store.record_pool_usage(closed.pool, closed.runtime_hours(at), 0)
+    return closed
+
+
 # ------------------------------------------------------------------------------------------ Finalize
 
 _FINAL_STATES = {

@@ -28,8 +28,15 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST
-from spotrelay.control.jobs import ask_handover, update_attempt, update_job, withdraw_handover
-from spotrelay.control.lifecycle import PlacementContext, account, close_attempt, launch_in_pool, placement_now
+from spotrelay.control.jobs import ask_handover, mark_running, update_attempt, update_job, withdraw_handover
+from spotrelay.control.lifecycle import (
+    PlacementContext,
+    account,
+    close_attempt,
+    close_standby,
+    launch_in_pool,
+    placement_now,
+)
 from spotrelay.control.ports import Clock, Compute, ConflictError, InstanceRef, JobStore, LaunchRefused, Workflow
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, ensure_transition
 from spotrelay.policy import MarketAction
@@ -255,12 +262,7 @@ def _supervise(
     if running_at is None:
         return
     if standby.running_at is None:
-        update_attempt(
-            store,
-            job.job_id,
-            standby.attempt,
-            lambda fresh: fresh.model_copy(update={"running_at": now}) if fresh.running_at is None else None,
-        )
+        update_attempt(store, job.job_id, standby.attempt, mark_running(now))
     _, asked = update_attempt(store, job.job_id, attempt.attempt, ask_handover(now))
     if asked:
         moves.migrating.append(f"{job.job_id}#{attempt.attempt}")
@@ -294,19 +296,10 @@ def _drop(
     """Close a standby (LOST if its instance went away, else LAUNCH_FAILED: it never took the job over),
     then terminate it. Closed first, by a conditional write: a standby Launch adopted meanwhile is no
     longer a standby and keeps its instance."""
-    closed_as = outcome or AttemptOutcome.LAUNCH_FAILED
-    closed_attempt, closed = update_attempt(
-        store,
-        standby.job_id,
-        standby.attempt,
-        lambda fresh: close_attempt(fresh, closed_as, now, None) if fresh.is_standby else None,
-    )
-    if not closed:
+    if close_standby(store, standby, outcome or AttemptOutcome.LAUNCH_FAILED, now) is None:
         return
     if standby.instance_id is not None:
         compute.terminate([standby.instance_id])
-    if closed_attempt.pool.market is Market.SPOT and closed_attempt.running_at is not None:
-        store.record_pool_usage(closed_attempt.pool, closed_attempt.runtime_hours(now), 0)
     moves.dropped.append(f"{standby.job_id}#{standby.attempt}")
 
 
