@@ -119,11 +119,15 @@ def place_step(
 
     pointer = store.get_checkpoint(job_id)
     work_done = pointer.work_done_hours if pointer is not None else job.work_done_hours
-    standby = next((a for a in store.attempts(job_id) if a.is_standby and a.handover_from == job.attempts), None)
-    if standby is not None:
-        # The job was handed back to move onto the standby launched ahead of it (make-before-break):
-        # no new decision, Launch adopts the standby (or launches as usual if it has ended meanwhile).
-        return _plan_standby(store, job_id, standby, work_done, now)
+    # A standby only ever waits for a job that Recover has just taken off its attempt (RECOVERING): a job
+    # waiting for capacity costs no query here.
+    if job.state is JobState.RECOVERING:
+        attempts = store.attempts(job_id)
+        standby = next((a for a in attempts if a.is_standby and a.handover_from == job.attempts), None)
+        if standby is not None:
+            # The job was handed back to move onto the standby launched ahead of it (make-before-break):
+            # no new decision, Launch adopts the standby (or launches as usual if it has ended meanwhile).
+            return _plan_standby(store, job_id, standby, work_done, now)
     # `migrates`: reconcile moves a job running on on-demand back to spot once it is ahead of the uniform
     # line again (Uniform Progress's rule 3), so an idle job behind schedule with no spot catches up on
     # on-demand (rule 1), as in the paper. The Wait below is capped at the time the net is due.
