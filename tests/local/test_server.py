@@ -41,19 +41,23 @@ def test_a_client_of_the_endpoint_runs_a_job(
                 config=Config(retries={"total_max_attempts": 1}),
             )
 
+        # Every client is made before the job runs: the in-process Lambdas swap os.environ while they run
+        # (on the executions' threads), and botocore reads os.environ while it makes a client
+        sqs, lambda_, sfn, ec2 = (client(name) for name in ("sqs", "lambda", "stepfunctions", "ec2"))
+
         # When a client of the endpoint submits the job and invokes the dispatcher
-        client("sqs").send_message(QueueUrl=stack.queue_url, MessageBody=resnet50_message)
-        answer = client("lambda").invoke(FunctionName=stack.functions["dispatcher"], Payload=b"{}")
+        sqs.send_message(QueueUrl=stack.queue_url, MessageBody=resnet50_message)
+        answer = lambda_.invoke(FunctionName=stack.functions["dispatcher"], Payload=b"{}")
         report = json.loads(answer["Payload"].read())
         # Then the job was admitted, its execution runs, and EC2 started an instance at the market's price
         assert len(report["admitted"]) == 1
-        (execution,) = client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+        (execution,) = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
         assert execution["name"] == report["admitted"][0]
         assert served.runtime.market is not None
         (launch,) = served.runtime.market.wait_for_launches(1, timeout=20)  # the execution runs on its own thread
         assert launch.pool.availability_zone in stack.subnets
         assert launch.spot_price == market.price(launch.pool, market.to_hours(launch.at))
-        reservations = client("ec2").describe_instances(InstanceIds=[launch.instance_id])["Reservations"]
+        reservations = ec2.describe_instances(InstanceIds=[launch.instance_id])["Reservations"]
         assert reservations[0]["Instances"][0]["InstanceLifecycle"] == "spot"
         printed = "\n".join(describe(served))
         assert served.endpoint_url in printed
