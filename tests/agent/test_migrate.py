@@ -65,6 +65,20 @@ def standby_agent(world: World, imds: ImdsStub, tmp_path: Path, **settings: Any)
     return AgentThread(world.agent(2, imds, tmp_path / "instance-2" / "ckpt", **(values | settings)))
 
 
+def running_attempt_1(
+    world: World, imds: ImdsStub, tmp_path: Path, *, grace_seconds: int, **settings: Any
+) -> tuple[AgentThread, Path, Path]:
+    """Attempt 1 of the test job on its (on-demand) instance, its Run task open, the job started: (its
+    agent, the job's control dir, the instance's checkpoint dir)."""
+    command, control = write_job(tmp_path)
+    world.submit(job_spec(command, tmp_path / "ckpt", grace_seconds=grace_seconds))
+    checkpoint_dir = tmp_path / "instance-1" / "ckpt"
+    agent = AgentThread(world.agent(1, imds, checkpoint_dir, **settings))
+    world.add_attempt(1, world.open_task("run-1"))
+    wait_until((control / "ready-1").exists, what="attempt 1 ready")
+    return agent, control, checkpoint_dir
+
+
 HANDING_OVER_AFTER_SAVE = "migration back to spot requested: handing over after the job's next save"
 WITHDRAWN = "the handover request was withdrawn: the job goes on here"
 # Fast scans; the dir must stay still for 0.3 s after a save
@@ -75,12 +89,7 @@ def test_a_job_that_saves_only_on_its_own_is_handed_over_after_its_next_save(
     world: World, imds: ImdsStub, tmp_path: Path, agent_logs: Records
 ) -> None:
     # Given a job given no grace at a notice (it saves only on its own schedule), at step 1 of its work
-    command, control = write_job(tmp_path)
-    world.submit(job_spec(command, tmp_path / "ckpt", grace_seconds=0))
-    checkpoint_dir = tmp_path / "instance-1" / "ckpt"
-    agent = AgentThread(world.agent(1, imds, checkpoint_dir, **DEFERRED))
-    world.add_attempt(1, world.open_task("run-1"))
-    wait_until((control / "ready-1").exists, what="attempt 1 ready")
+    agent, control, checkpoint_dir = running_attempt_1(world, imds, tmp_path, grace_seconds=0, **DEFERRED)
     (control / "step-1-1").write_text("")
     wait_until((control / "stepped-1-1").exists, what="attempt 1 stepped")
 
@@ -107,11 +116,7 @@ def test_a_deferred_handover_whose_request_is_withdrawn_leaves_the_job_running_h
     world: World, imds: ImdsStub, tmp_path: Path, agent_logs: Records
 ) -> None:
     # Given a job that saves only on its own schedule, whose agent is waiting for its next save to hand over
-    command, control = write_job(tmp_path)
-    world.submit(job_spec(command, tmp_path / "ckpt", grace_seconds=0))
-    agent = AgentThread(world.agent(1, imds, tmp_path / "instance-1" / "ckpt", **DEFERRED))
-    world.add_attempt(1, world.open_task("run-1"))
-    wait_until((control / "ready-1").exists, what="attempt 1 ready")
+    agent, control, _ = running_attempt_1(world, imds, tmp_path, grace_seconds=0, **DEFERRED)
     request_migration(world)
     wait_until(lambda: agent_logs.logged(HANDING_OVER_AFTER_SAVE, attempt=1), what="the request seen")
 
@@ -151,12 +156,7 @@ def test_a_migration_request_stops_the_job_commits_a_final_checkpoint_and_fails_
     world: World, imds: ImdsStub, tmp_path: Path, agent_logs: Records
 ) -> None:
     # Given attempt 1 of a job running on an on-demand instance, with a step of progress written
-    command, control = write_job(tmp_path)
-    world.submit(job_spec(command, tmp_path / "ckpt", grace_seconds=5))
-    checkpoint_dir = tmp_path / "instance-1" / "ckpt"
-    agent = AgentThread(world.agent(1, imds, checkpoint_dir, migrate_poll_seconds=0.1))
-    world.add_attempt(1, world.open_task("run-1"))
-    wait_until((control / "ready-1").exists, what="attempt 1 ready")
+    agent, control, checkpoint_dir = running_attempt_1(world, imds, tmp_path, grace_seconds=5, migrate_poll_seconds=0.1)
     (control / "step-1-1").write_text("")
     wait_until((control / "stepped-1-1").exists, what="attempt 1 stepped")
     assert world.store.get_checkpoint(JOB_ID) is None
