@@ -2,19 +2,21 @@
 decision point, run on a pool (spot or on-demand) or wait.
 
 - `on-demand`: the cheapest on-demand pool that fits (price per unit of work), run to completion.
-- `greedy`: spot whenever a pool is available (the cheapest), wait otherwise, until the slack runs out
-  (time left < remaining on-demand run + d), then on-demand for good. A spot (re)start is made only
-  while it leaves that slack after its own overhead (time left >= on-demand run + 2d); below that the
-  job waits for the slack to run out. Waiting costs nothing and the on-demand run is as long either
-  way, so this changes completion times only, never the cost; without it a preemption just after a
-  restart would miss the deadline.
+- `greedy`: spot whenever a pool is available (the cheapest; a pool that costs as much per unit of work
+  as the cheapest on-demand type or more does not count, for this policy and the next), wait otherwise,
+  until the slack runs out (time left < remaining on-demand run + d), then on-demand for good. A spot
+  (re)start is made only while it leaves that slack after its own overhead (time left >= on-demand run +
+  2d); below that the job waits for the slack to run out. Waiting costs nothing and the on-demand run is
+  as long either way, so this changes completion times only, never the cost; without it a preemption
+  just after a restart would miss the deadline.
 - `uniform-progress`: Uniform Progress from "Can't Be Late" (Wu et al., NSDI'24): the rules are
   `spotrelay.policy.uniform_progress`, called here with the job's restart overhead; the spot pool is
   the cheapest available one among the job's zones (one zone in the paper's single-zone setting).
   Like the paper's policy it returns from on-demand to spot (rule 3, hysteresis): while on on-demand
   it is woken at every market change and when its progress crosses the hysteresis line.
 - `skypilot-eager`: SkyPilot's EAGER_NEXT_REGION recovery at zone granularity: the cheapest available
-  spot pool; on a preemption the lost zone is blocked and the next cheapest taken; if only the blocked
+  spot pool, however dear (it has no on-demand to compare with); on a preemption the lost zone is
+  blocked and the next cheapest taken; if only the blocked
   zone has capacity it is retried; when no spot pool is available it waits and retries on spot (as
   SkyPilot's managed spot jobs do). No deadline awareness, no on-demand.
 - `spotrelay`: what the control plane does (spotrelay.control.lifecycle): `place()` with the job spec,
@@ -153,7 +155,7 @@ class Greedy:
             return Decision(pool=od.pool)
         slack_out = job.deadline_at - od_run - d - WAKE_EPSILON_HOURS
         if status.time_left >= od_run + 2 * d:
-            choices = ctx.spot_choices(status.t)
+            choices = ctx.spot_choices_cheaper_than_on_demand(status.t)
             if choices:
                 return Decision(pool=choices[0].pool)
         return Decision(pool=None, recheck_at=slack_out)
@@ -171,7 +173,7 @@ class UniformProgress:
     def decide(self, status: JobStatus) -> Decision:
         ctx, job = self.ctx, self.ctx.job
         d = job.restart_overhead_hours
-        choices = ctx.spot_choices(status.t)
+        choices = ctx.spot_choices_cheaper_than_on_demand(status.t)
         current = None if status.running is None else status.running.market
         decision = market_choice.uniform_progress(
             total_work_hours=job.work_hours,

@@ -195,6 +195,16 @@ class JobContext:
         )
         return choices
 
+    def spot_choices_cheaper_than_on_demand(self, t: float) -> list[PoolView]:
+        """`spot_choices(t)` less the pools that cost as much per unit of work as the cheapest on-demand
+        type or more (a 1-GPU job offered an 8-GPU spot instance): what a policy that can run on-demand
+        would ever take."""
+        choices = self.spot_choices(t)
+        od = self.on_demand
+        if od is None:
+            return choices
+        return [v for v in choices if _price(v, t) / v.speed < od.price / od.speed]
+
     def spot_price(self, pool: Pool, t: float) -> float:
         return _price(self._by_pool[pool], t)
 

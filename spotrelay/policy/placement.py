@@ -301,6 +301,10 @@ def place(
                 spot.append(candidate)
 
     od_run_hours = _on_demand_run_hours(on_demand_types, od_prices, remaining_work_hours, cap)
+    if spec.limits.on_demand_fallback:
+        spot = _cheaper_than_on_demand(
+            spot, on_demand_types, od_prices, remaining_work_hours, cap, time_left, overhead, rejected
+        )
     decision = uniform_progress(
         total_work_hours=spec.work_hours,
         work_done_hours=work_done_hours,
@@ -372,6 +376,52 @@ def work_at_risk_hours(spec: JobSpec) -> float:
     `checkpoint.interval_minutes` of work ago; a job given grace saves at the notice and loses nothing
     (the paper's assumption)."""
     return spec.checkpoint.interval_minutes / 60 if spec.checkpoint.grace_seconds == 0 else 0.0
+
+
+def _cheaper_than_on_demand(
+    spot: list[RankedPool],
+    on_demand_types: list[InstanceType],
+    prices: Mapping[str, float],
+    remaining_work_hours: float,
+    cap: float | None,
+    time_left: float | None,
+    overhead: float,
+    rejected: list[Rejection],
+) -> list[RankedPool]:
+    """The spot pools expected to cost less per unit of work than the cheapest on-demand type that can
+    finish the job (within the cap and, if judged, the deadline); the others are rejected. Spot is worth
+    its interruptions only when it is cheaper: a 1-GPU job offered only an 8-GPU spot instance ($7-8/h for
+    p3.16xlarge) runs on a 1-GPU on-demand one ($3.06/h for p3.2xlarge), or waits for cheaper spot while
+    it is ahead of schedule."""
+    best: tuple[float, str] | None = None  # (USD per reference-GPU hour, type)
+    for itype in on_demand_types:
+        price, speed = prices[itype.name], relative_speed(itype)
+        if cap is not None and price > cap:
+            continue
+        if time_left is not None and remaining_work_hours / speed + overhead > time_left + DEADLINE_ROUNDING_HOURS:
+            continue
+        if best is None or price / speed < best[0]:
+            best = (price / speed, itype.name)
+    if best is None:
+        return spot
+    kept = []
+    for r in spot:
+        # per unit of work, interruptions included (with no work left: the price per unit alone)
+        unit = (r.expected_cost_to_finish / r.run_hours if r.run_hours > 0 else r.hourly_price) / r.relative_speed
+        if unit < best[0]:
+            kept.append(r)
+            continue
+        rejected.append(
+            Rejection(
+                pool=r.pool,
+                reason=(
+                    f"expected ${unit:.4f} per {REFERENCE_GPU}-hour of work on spot, no less than "
+                    f"${best[0]:.4f} on on-demand {best[1]}"
+                ),
+                category="dearer-than-on-demand",
+            )
+        )
+    return kept
 
 
 def _pool_order(pool: Pool) -> tuple[str, str, str]:

@@ -112,8 +112,13 @@ def test_the_specs_restart_overhead_is_used_when_no_override_is_given() -> None:
 
 
 def test_the_specs_restart_overhead_decides_whether_a_pool_can_start_in_time() -> None:
-    # Given 10 h of work due in 10.05 h on a V100 pool (10 h once started), and a job that restarts in 2 min
-    spec = job_spec(work_hours=10, limits={"deadline_hours": 10.05}, placement={"restart_overhead_minutes": 2})
+    # Given 10 h of work due in 10.05 h on a V100 pool (10 h once started), and a spot-only job that restarts
+    # in 2 min
+    spec = job_spec(
+        work_hours=10,
+        limits={"deadline_hours": 10.05, "on_demand_fallback": False},
+        placement={"restart_overhead_minutes": 2},
+    )
     v100 = quote("p3.2xlarge", ZONE_A, 0.90)
     # When it is placed at submission
     placement = place(spec, [v100])
@@ -206,17 +211,17 @@ def test_an_instance_type_not_in_the_catalog_is_rejected() -> None:
     [
         pytest.param({"gpus": 1, "gpu_models": ["L4"]}, "g5.xlarge", "g6.xlarge", "A10G not in gpu_models", id="model"),
         pytest.param({"gpus": 4}, "g6.xlarge", "g6.12xlarge", "1 GPU(s) < 4 requested", id="gpu-count"),
-        pytest.param(
-            {"gpus": 1, "gpu_memory_gib": 40}, "g6.xlarge", "p4d.24xlarge", "24 GiB per GPU < 40", id="memory"
-        ),
+        pytest.param({"gpus": 1, "gpu_memory_gib": 40}, "g6.xlarge", "g6e.xlarge", "24 GiB per GPU < 40", id="memory"),
     ],
 )
 def test_a_type_that_does_not_fit_the_job_is_rejected_with_its_reason(
     resources: dict[str, Any], misfit_type: str, fitting_type: str, reason_part: str
 ) -> None:
-    # Given a job whose resources one quoted type cannot satisfy and another can
+    # Given a job whose resources one quoted type cannot satisfy and another can, at a quarter of its
+    # on-demand price but dearer than the misfit
     spec = job_spec(resources=resources)
-    quotes = [quote(misfit_type, ZONE_A, 0.10), quote(fitting_type, ZONE_A, 20.0)]
+    fitting_price = INSTANCE_TYPES[fitting_type].on_demand_usd_per_hour / 4
+    quotes = [quote(misfit_type, ZONE_A, 0.10), quote(fitting_type, ZONE_A, fitting_price)]
     # When placed
     placement = place(spec, quotes)
     # Then the misfit is rejected, saying what does not fit, and the fitting type is ranked
@@ -230,18 +235,18 @@ def test_only_the_latest_quote_of_a_pool_counts() -> None:
     # Given a pool quoted twice: cheap an hour ago, dear now (given newest first), and another pool in between
     spec = job_spec()
     quotes = [
-        quote("g6.xlarge", ZONE_A, 0.90, at=T0),
-        quote("g6.xlarge", ZONE_B, 0.50, at=T0),
+        quote("g6.xlarge", ZONE_A, 0.45, at=T0),
+        quote("g6.xlarge", ZONE_B, 0.30, at=T0),
         quote("g6.xlarge", ZONE_A, 0.10, at=T0 - timedelta(hours=1)),
     ]
     # When the quotes are reduced and the job placed
     latest = latest_quotes(quotes)
     placement = place(spec, quotes)
     # Then the pool's current (latest) price is the one that counts, wherever it came in the input
-    assert latest[spot_pool("g6.xlarge", ZONE_A)].usd_per_hour == 0.90
+    assert latest[spot_pool("g6.xlarge", ZONE_A)].usd_per_hour == 0.45
     assert len(latest) == 2
     assert ranked_pools(placement) == [spot_pool("g6.xlarge", ZONE_B), spot_pool("g6.xlarge", ZONE_A)]
-    assert placement.ranked[1].hourly_price == 0.90
+    assert placement.ranked[1].hourly_price == 0.45
 
 
 def test_untimed_quotes_of_a_pool_keep_the_last_one_given() -> None:
@@ -307,8 +312,8 @@ def test_without_a_work_estimate_no_pool_is_rejected_for_a_deadline_it_cannot_ju
 
 
 def test_work_done_shortens_the_remaining_run() -> None:
-    # Given a 10 h job of which 8 h are checkpointed
-    spec = job_spec(work_hours=10)
+    # Given a 10 h V100 job of which 8 h are checkpointed
+    spec = job_spec(work_hours=10, resources={"gpus": 1, "gpu_models": ["V100"]})
     # When placed
     placement = place(spec, [quote("p3.2xlarge", ZONE_A, 1.0)], work_done_hours=8)
     # Then 2 h of reference-GPU work remain, which a V100 runs in 2 h
@@ -760,6 +765,74 @@ def test_placement_is_deterministic_and_independent_of_quote_order(
     # Then all three placements are equal
     assert again == first
     assert reordered == first
+
+
+@PROPERTY_SETTINGS
+@given(placement_inputs())
+def test_no_ranked_spot_pool_costs_more_per_unit_of_work_than_a_usable_on_demand_type(
+    case: tuple[JobSpec, list[PriceQuote], dict[str, Any]],
+) -> None:
+    # Given any job that may fall back on on-demand, and any price table
+    spec, quotes, kwargs = case
+    # When placed
+    placement = place(spec, quotes, **kwargs)
+    # Then no spot pool is ranked whose expected cost per unit of work (interruptions included) is at or
+    # above the price per unit of work of an on-demand type that fits, is within the cap and can finish in time
+    if not spec.limits.on_demand_fallback:
+        return
+    cap = spec.limits.max_price_per_hour
+    deadline = spec.limits.deadline_hours
+    judged = deadline is not None and spec.work_hours is not None and not placement.deadline_lost
+    usable = [
+        t.on_demand_usd_per_hour / relative_speed(t)
+        for t in INSTANCE_TYPES.values()
+        if t.on_demand_usd_per_hour is not None
+        and spec.resources.misfit(t) is None
+        and (cap is None or t.on_demand_usd_per_hour <= cap)
+        and not (
+            judged
+            and placement.remaining_work_hours / relative_speed(t) + spec.placement.restart_overhead_hours
+            > deadline - kwargs["elapsed_hours"] + 1e-9
+        )
+    ]
+    for r in placement.ranked:
+        if r.pool.market is Market.SPOT and usable and r.run_hours > 0:
+            assert r.expected_cost_to_finish / (r.run_hours * r.relative_speed) < min(usable)
+
+
+def test_a_spot_pool_dearer_than_on_demand_is_rejected_and_the_job_goes_on_demand_or_waits() -> None:
+    # Given a 1-GPU V100 job due in 12 h, and spot only on an 8-GPU p3.16xlarge at $7.96/h (its one GPU runs at
+    # the same speed there), while a 1-GPU p3.2xlarge costs $3.06/h on-demand
+    spec = job_spec(work_hours=6, resources={"gpus": 1, "gpu_models": ["V100"]}, limits={"deadline_hours": 12})
+    big = quote("p3.16xlarge", ZONE_A, 7.955)
+    # When it is placed at submission (on the uniform line) and again an hour later with no progress
+    at_start = place(spec, [big], migrates=True)
+    behind = place(spec, [big], elapsed_hours=1, migrates=True)
+    # Then the 8-GPU spot pool is never ranked, and says why
+    for placement in (at_start, behind):
+        assert all(r.pool.market is Market.ON_DEMAND for r in placement.ranked)
+        category, reason = rejection_of(placement, big.pool)
+        assert category == "dearer-than-on-demand"
+        assert "on on-demand p3.2xlarge" in reason
+    # And the job waits for cheaper spot while it is on schedule, then catches up on a 1-GPU on-demand instance
+    assert at_start.market.action is MarketAction.WAIT
+    assert behind.market.action is MarketAction.ON_DEMAND
+    assert behind.best is not None
+    assert behind.best.pool.instance_type == "p3.2xlarge"
+
+
+def test_a_job_without_on_demand_fallback_takes_spot_however_dear() -> None:
+    # Given the same job, not allowed on-demand
+    spec = job_spec(
+        work_hours=6,
+        resources={"gpus": 1, "gpu_models": ["V100"]},
+        limits={"deadline_hours": 12, "on_demand_fallback": False},
+    )
+    big = quote("p3.16xlarge", ZONE_A, 7.955)
+    # When it is placed
+    placement = place(spec, [big])
+    # Then the 8-GPU spot pool is its only choice, and it is taken
+    assert ranked_pools(placement) == [big.pool]
 
 
 def test_a_job_that_cannot_save_at_the_notice_keeps_a_checkpoint_interval_in_the_safety_net() -> None:

@@ -323,7 +323,7 @@ def test_eager_next_pool_relaunch_moves_the_job_to_the_next_cheapest_pool() -> N
     quotes = [
         PriceQuote(pool=POOL, usd_per_hour=0.30),
         PriceQuote(pool=OTHER_POOL, usd_per_hour=0.32),
-        PriceQuote(pool=Pool(instance_type="g5.xlarge", availability_zone="us-east-1a"), usd_per_hour=0.40),
+        PriceQuote(pool=Pool(instance_type="g5.xlarge", availability_zone="us-east-1a"), usd_per_hour=0.34),
     ]
     first = place(spec, quotes).best
     assert first is not None
