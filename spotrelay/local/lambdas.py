@@ -10,8 +10,19 @@ Exceptions come back as Lambda's error envelope `{"errorMessage", "errorType", "
 "stackTrace"}`, so Step Functions' Retry/Catch match on `errorType` (the exception's class name, e.g.
 InsufficientInstanceCapacity, JobCancelled, ConflictError), exactly as on AWS.
 
-Invocations are serialized by one re-entrant lock (the process has one `os.environ`); a handler may
-invoke another function (finalize wakes the dispatcher), which runs nested, in the same thread.
+A function's environment is applied only for the thread that runs its handler (see
+`spotrelay.local.function_environment`, installed on `os.environ` when an `InProcessLambdas` is
+made): on that thread `os.environ`/`os.getenv` show the process's environment with the function's
+variables applied and the other functions' SCRUBBED_PREFIXES variables hidden; every other thread
+(moto's Step Functions executions, the local server's request threads, the caller) keeps seeing the
+process's environment, which is never changed by an invocation. It used to be set and popped in the
+shared `os.environ`, and botocore making a client on another thread meanwhile raised KeyError.
+Writes a handler makes to `os.environ` stay in its invocation's view and are gone after it.
+
+Invocations are still serialized by one re-entrant lock (the module cache, the request ids and the
+list of invocations are shared, and handlers were written to run one at a time); a handler may invoke
+another function (finalize wakes the dispatcher), which runs nested, in the same thread, with its
+own environment (made from the process's, not from its caller's), and the caller's is back after.
 """
 
 from __future__ import annotations
@@ -19,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import re
 import sys
 import threading
@@ -31,6 +41,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from spotrelay.local import function_environment
 from spotrelay.local.clock import SimulationClock
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -136,6 +147,7 @@ class InProcessLambdas:
         self._modules: dict[str, ModuleType] = {}
         self._count = 0
         self.invocations: list[Invocation] = []
+        function_environment.install()  # os.environ shows a function's variables on its handler's thread only
 
     # --- modules -----------------------------------------------------------------------------------
 
@@ -244,18 +256,7 @@ class InProcessLambdas:
 
     @contextmanager
     def _environment(self, environment: Mapping[str, str]) -> Iterator[None]:
-        """Apply `environment` to os.environ (dropping other functions' settings) and restore it after."""
-        saved: dict[str, str | None] = {}
-        for key in [k for k in os.environ if k.startswith(SCRUBBED_PREFIXES) and k not in environment]:
-            saved[key] = os.environ.pop(key)
-        for key, new_value in environment.items():
-            saved.setdefault(key, os.environ.get(key))
-            os.environ[key] = new_value
-        try:
+        """On this thread only: `environment` applied over the process's environment, other functions'
+        settings hidden. Nothing changes in the shared os.environ (see the module docstring)."""
+        with function_environment.function_environment(environment, SCRUBBED_PREFIXES):
             yield
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
