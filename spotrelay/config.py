@@ -22,6 +22,10 @@ TAG_JOB_NAME = "spotrelay:job-name"
 
 METRICS_NAMESPACE = "spotrelay"
 
+# The schedule that runs the dispatcher and reconcile (the safety net for missed events, and the moves of
+# on-demand jobs back to spot): how soon a job on on-demand notices that spot is worth going back to.
+SCHEDULE_MINUTES = 5
+
 # Error names the JobLifecycle state machine catches (Lambda errors and task-token failures).
 ERROR_SPOT_INTERRUPTED = "SpotInterrupted"
 ERROR_MIGRATING = "Migrating"  # the agent checkpointed and handed the job back at the control plane's request

@@ -4,7 +4,7 @@
   source aws.ec2) -> ec2_events. They carry no tags, so every instance's events arrive; ec2_events
   acknowledges and ignores instances spotrelay does not manage.
 - The job-queue depth alarm entering ALARM -> dispatcher (this alarm only, matched by name).
-- Every 5 minutes -> dispatcher and reconcile (the safety net for lost or missed events).
+- Every SCHEDULE_MINUTES (5) minutes -> dispatcher and reconcile (the safety net for lost or missed events).
 - An archive of the three EC2 event kinds for 30 days, so a production incident can be replayed
   (`spotrelay replay`) with the events exactly as AWS sent them.
 """
@@ -18,13 +18,15 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from spotrelay.config import SCHEDULE_MINUTES
+
 EC2_SOURCE = "aws.ec2"
 SPOT_INTERRUPTION = "EC2 Spot Instance Interruption Warning"
 REBALANCE_RECOMMENDATION = "EC2 Instance Rebalance Recommendation"
 STATE_CHANGE = "EC2 Instance State-change Notification"
 EC2_DETAIL_TYPES = (SPOT_INTERRUPTION, REBALANCE_RECOMMENDATION, STATE_CHANGE)
 ALARM_STATE_CHANGE = "CloudWatch Alarm State Change"
-SCHEDULE = "rate(5 minutes)"
+SCHEDULE = f"rate({SCHEDULE_MINUTES} minutes)"
 ARCHIVE_RETENTION_DAYS = 30
 
 

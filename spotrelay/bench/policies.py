@@ -19,39 +19,42 @@ decision point, run on a pool (spot or on-demand) or wait.
   blocked and the next cheapest taken; if only the blocked
   zone has capacity it is retried; when no spot pool is available it waits and retries on spot (as
   SkyPilot's managed spot jobs do). No deadline awareness, no on-demand.
-- `spotrelay`: what the control plane does (spotrelay.control.lifecycle): `place()` with the job spec,
-  the remaining work, the elapsed time, the blocked pools (`decide_recovery` + `active_blocks`, the
-  preferred pool of same-pool-first exempt), an `InterruptionModel` sharpened by the interruptions
-  observed during the run (and the Advisor bands, if given), the market choice inside `place()`; then
-  the launch: the first ranked pool that takes it (a refused pool is blocked for
-  `REFUSED_POOL_BLOCK_MINUTES` and the next is tried; all refused: place again). A job running on
-  on-demand is re-placed with `current_market=on-demand` at every market change (production: reconcile,
-  every few minutes) and moved back to spot when the market choice says so (Uniform Progress's
-  hysteresis) and the spot pool has capacity (production launches the spot instance first: a refused
-  launch leaves the job on on-demand). Place uses rule 1 (`place(migrates=True)`): an idle job behind
-  schedule with no spot catches up on on-demand. The restart
+- `spotrelay`: what the control plane does (spotrelay.control.lifecycle): `place()` with the job spec, the
+  remaining work, the elapsed time, the blocked pools (`decide_recovery` + `active_blocks`, the preferred
+  pool of same-pool-first exempt), an `InterruptionModel` sharpened by the interruptions observed during
+  the run (and the Advisor bands, if given), the market choice inside `place()`; then the launch: the
+  first ranked pool that takes it (a refused pool is blocked for `REFUSED_POOL_BLOCK_MINUTES` and the next
+  is tried; all refused: place again; nothing to launch in: the Wait state for Place's backoff,
+  `place_wait_seconds`, not woken by capacity returning). A job running on on-demand is re-placed with
+  `current_market=on-demand` and its interrupted spot runs (`spot_runs`) whenever reconcile runs (every
+  `SCHEDULE_MINUTES`), and moved back to spot when the market choice says so (rule 3, with spotrelay's
+  refinement: `spotrelay.policy.market_choice`) and the spot pool has capacity (production launches the
+  spot instance first: a refused launch leaves the job on on-demand). Place uses rule 1
+  (`place(migrates=True)`): an idle job behind schedule with no spot catches up on on-demand. The restart
   overhead `place()` assumes is the spec's (`placement.restart_overhead_minutes`), which the workloads set
-  to the job's real d; a periodic-only job's spec gives no grace to save at the notice, so `place()`'s
-  net keeps its checkpoint interval too. On a preemption, the job's recovery strategy decides (block the
-  pool, prefer it, or fail the job), seeing the job's last placement as the control plane records it
+  to the job's real d; a periodic-only job's spec gives no grace to save at the notice, so `place()`'s net
+  keeps its checkpoint interval too. On a preemption, the job's recovery strategy decides (block the pool,
+  prefer it, or fail the job), seeing the job's last placement as the control plane records it
   (`Job.placement`), which tells it whether there is another spot pool to move to.
 - `spotrelay-no-migrate` (a what-if, the control plane before reconcile moved jobs back to spot): as
   `spotrelay`, but a job on on-demand stays there, and `place()` without `migrates`: an idle job behind
   schedule with no spot waits for spot until the safety net.
 - `spotrelay-sees-capacity` (a what-if no deployment can run): as `spotrelay`, but only spot pools with
-  capacity now are offered to `place()`, as the other policies are told; what finding capacity out by
-  launching costs.
+  capacity now are offered to `place()`, as the other policies are told (with spotrelay's timing still);
+  what finding capacity out by launching costs.
 
 `omniscient` is not an online policy: see `spotrelay.bench.omniscient`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from spotrelay.bench.sim import WAKE_EPSILON_HOURS, Decision, JobContext, JobPolicy, JobStatus
-from spotrelay.control.lifecycle import PLAN_DEPTH, REFUSED_POOL_BLOCK_MINUTES
+from spotrelay.config import SCHEDULE_MINUTES
+from spotrelay.control.lifecycle import PLAN_DEPTH, REFUSED_POOL_BLOCK_MINUTES, place_wait_seconds
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, Pool
 from spotrelay.policy import (
     AttemptEnded,
@@ -60,6 +63,7 @@ from spotrelay.policy import (
     Fail,
     InterruptionModel,
     MarketAction,
+    MarketDecision,
     PoolObservation,
     market_choice,
     placement,
@@ -225,9 +229,9 @@ class Spotrelay:
     """The control plane's Place -> Launch -> Recover loop on the simulated market (module docstring).
 
     `place()` gets the restart overhead from the job spec, as the control plane calls it. `migrate` (on, as
-    the control plane does): re-place a job running on on-demand at every market change with
-    `current_market=on-demand`, and move it back to spot when the market choice says so (Uniform
-    Progress's hysteresis; reconcile in production). Off: the what-if `spotrelay-no-migrate`.
+    the control plane does): re-place a job running on on-demand whenever reconcile runs, with
+    `current_market=on-demand`, and move it back to spot when the market choice says so. Off: the what-if
+    `spotrelay-no-migrate`.
     """
 
     name = "spotrelay"
@@ -246,6 +250,10 @@ class Spotrelay:
         self.preferred: Pool | None = None
         self.placement: tuple[PlannedPool, ...] = ()  # the latest non-empty ranking, as Place records it
         self.waiting_since: float | None = None
+        self.place_waits = 0  # Place's waits in a row (Job.place_waits)
+        self.interrupted_runs = 0  # spot attempts interrupted so far
+        self._runs: dict[str, list[float]] = {}
+        self._runs_of = 0
         self.failed: str | None = None
         self.types = set(job.instance_types)
         self.zones = sorted(set(job.zones))
@@ -275,6 +283,7 @@ class Spotrelay:
             observed={k: PoolObservation(interruptions=n, instance_hours=h) for k, (n, h) in self.observed.items()},
         )
         for _ in range(PLAN_DEPTH + 2):  # Place -> Launch (every pool refused) -> Place again, with them blocked
+            self.blocks = [b for b in self.blocks if b.until > now]  # lapsed ones change nothing (active_blocks)
             blocked = recovery.active_blocks(self.blocks, now) - {self.preferred}
             ranking = placement.place(
                 job.spec,
@@ -287,13 +296,15 @@ class Spotrelay:
                 zones=self.zones,
                 current_market=Market.ON_DEMAND if on_demand else None,
                 migrates=self.migrate,  # as Place: with migration, rule 1 (catch up on on-demand)
+                spot_runs=self._spot_runs() if on_demand else None,  # as reconcile
             )
             plan = list(ranking.ranked[:PLAN_DEPTH])
             if on_demand and (ranking.market.action is not MarketAction.SPOT or not plan):
                 return self._stay_on_demand(status)
             if not plan:
-                return self._wait(status, now)
+                return self._wait(status, ranking.market)
             self.waiting_since = None
+            self.place_waits = 0
             if self.preferred is not None:
                 plan.sort(key=lambda r: r.pool != self.preferred)
             self.placement = tuple(
@@ -316,34 +327,43 @@ class Spotrelay:
                     continue
                 self._launched(status, pool, ranked.hourly_price, ranked.relative_speed, now)
                 if pool.market is Market.ON_DEMAND and self.migrate:
-                    return Decision(
-                        pool=pool, watch_market=True, recheck_at=hysteresis_crossing(ctx, status, self.overhead)
-                    )
+                    return self._stay_on_demand(status, pool)
                 return Decision(pool=pool)
-        return self._stay_on_demand(status) if on_demand else self._wait(status, now)
+        return self._stay_on_demand(status) if on_demand else self._wait(status, ranking.market)
 
-    def _stay_on_demand(self, status: JobStatus) -> Decision:
-        return Decision(
-            pool=status.running, watch_market=True, recheck_at=hysteresis_crossing(self.ctx, status, self.overhead)
+    def _spot_runs(self) -> dict[str, list[float]]:
+        """`spot_run_hours(self.attempts)`, recomputed only after an interruption added a run."""
+        if self._runs_of != self.interrupted_runs:
+            self._runs = placement.spot_run_hours(self.attempts)
+            self._runs_of = self.interrupted_runs
+        return self._runs
+
+    def _stay_on_demand(self, status: JobStatus, pool: Pool | None = None) -> Decision:
+        """On on-demand: reconcile re-places the job when it runs (every SCHEDULE_MINUTES, on a fixed grid).
+        Until a market change, the hysteresis line or a block's lapse, every run would leave it there (nothing
+        it decides on changes, and a refused pool stays refused), so the replay wakes it at the first run after
+        any of them."""
+        now = self._now(status.t)
+        lapses = [self.ctx.market.to_hours(b.until) for b in self.blocks if b.until > now]
+        next_change = _first(
+            self.ctx.next_change(status.t), hysteresis_crossing(self.ctx, status, self.overhead), *lapses
         )
+        wake = None if next_change is None else _reconcile_run_after(max(next_change, status.t + WAKE_EPSILON_HOURS))
+        return Decision(pool=pool or status.running, recheck_at=wake)
 
-    def _wait(self, status: JobStatus, now: datetime) -> Decision:
-        """No feasible pool: the Wait state, then Place again; NoCapacity after `max_wait_hours`."""
+    def _wait(self, status: JobStatus, market: MarketDecision) -> Decision:
+        """No pool to launch in: the Wait state for Place's backoff (`place_wait_seconds`: 1, 2, then
+        every 3 min, sooner for the safety net), then Place again; NoCapacity after `max_wait_hours`.
+        Nothing wakes it early: production does not see capacity return."""
         t, limits = status.t, self.ctx.job.spec.limits
         if self.waiting_since is None:
             self.waiting_since = t
         give_up_at = self.waiting_since + limits.max_wait_hours
         if t >= give_up_at:
             return Decision(pool=None, give_up=f"NoCapacity: no feasible pool for {limits.max_wait_hours:g} h")
-        lapses = [self.ctx.market.to_hours(b.until) for b in self.blocks if b.until > now]
-        return Decision(
-            pool=None,
-            recheck_at=_first(
-                min(lapses, default=None),
-                uniform_progress_wake(self.ctx, status, self.overhead, self.work_at_risk),
-                give_up_at,
-            ),
-        )
+        wait = place_wait_seconds(self.place_waits, market)
+        self.place_waits += 1
+        return Decision(pool=None, recheck_at=min(t + wait / 3600, give_up_at), market_blind=True)
 
     def _launched(self, status: JobStatus, pool: Pool, price: float, speed: float, now: datetime) -> None:
         self.preferred = None
@@ -371,6 +391,7 @@ class Spotrelay:
         self.observed[pool.offering] = (seen[0] + 1, seen[1] + ran_hours)
         current = self.attempts[-1]
         self.attempts[-1] = current.model_copy(update={"outcome": AttemptOutcome.INTERRUPTED, "ended_at": now})
+        self.interrupted_runs += 1
         job = Job(
             job_id=self.ctx.job.name,
             spec=self.ctx.job.spec,
@@ -391,6 +412,14 @@ class Spotrelay:
         self.interruptions += int(action.counts_interruption)
         self.preferred = action.prefer
         self.blocks.extend(action.block)
+
+
+def _reconcile_run_after(t: float) -> float:
+    """The first run of reconcile's schedule (every SCHEDULE_MINUTES from the market's start) at or after `t`
+    (a run a rounding error before `t` would see the market as it was before `t`: the next one)."""
+    period = SCHEDULE_MINUTES / 60
+    run = math.ceil(t / period) * period
+    return run if run >= t else run + period
 
 
 PolicyClass = Callable[[JobContext], JobPolicy]

@@ -279,13 +279,15 @@ class JobStatus:
 class Decision:
     """Run on `pool` (keep running if it is the current one), or stay idle (`pool` None; a running
     instance is stopped, its work checkpointed). `recheck_at`: wake me then even if nothing changes;
-    `watch_market`: while running, wake me at market changes too (idle jobs are always woken).
-    `give_up`: the policy abandons the job (the replay rescues it, see the module docstring)."""
+    `watch_market`: while running, wake me at market changes too (idle jobs are woken at them unless
+    `market_blind`: a job in a timed wait that nothing wakes early). `give_up`: the policy abandons the
+    job (the replay rescues it, see the module docstring)."""
 
     pool: Pool | None
     recheck_at: float | None = None
     watch_market: bool = False
     give_up: str | None = None
+    market_blind: bool = False
 
 
 class JobPolicy(Protocol):
@@ -435,7 +437,9 @@ def simulate(ctx: JobContext, policy: PolicyFactory, *, keep_timeline: bool = Fa
                 candidates.append(interrupt)
         if decision.recheck_at is not None and decision.recheck_at > st.t:
             candidates.append(decision.recheck_at)
-        if run is None or (decision.watch_market and not run.rescue):
+        if (run is None and not decision.market_blind) or (
+            run is not None and decision.watch_market and not run.rescue
+        ):
             change = ctx.next_change(st.t)
             if change is not None:
                 candidates.append(change)

@@ -232,22 +232,28 @@ def gap_analysis(runs: Sequence[WorkloadRun]) -> list[str]:
         "for their periodic-only jobs), and `place()`'s net then keeps the checkpoint interval on top of the two "
         "restarts. A job that can no longer meet its deadline anyway is placed on on-demand at once (no pool is "
         "rejected for a deadline none can meet) instead of waiting until `max_wait_hours` fails it.",
-        "2. **Cost.** `place()`'s market choice is Uniform Progress, all four rules. Rule 1 (an idle job behind the "
-        "uniform line goes on-demand) pays off only with rule 3 (back to spot once ahead again), which reconcile "
-        "provides: it re-places jobs running on on-demand and moves them back make-before-break (the spot "
-        "instance first, then the handover through a checkpoint), so a pool without capacity never costs the job "
-        "a restart. `spotrelay-no-migrate` is the control plane without that path (on-demand is for good, so "
-        "Place cannot use rule 1 and an idle job waits for spot until the net): about as cheap as greedy at best.",
-        "3. **What remains: capacity the other policies see for free.** They are told which pools have capacity at "
-        "every moment (`spot_choices`); a deployment only finds out by launching, and a refused pool is skipped "
-        "for 3 minutes (Karpenter's ICE-cache TTL; a lost pool as long). Each time capacity returns, spotrelay "
-        "starts up to 3 minutes later. `spotrelay-sees-capacity` is spotrelay told the same as the others (no "
-        "deployment can be): on one pool it is exactly uniform-progress (it runs the paper's rules), and the "
-        "column above shows what is left once the information is equal. With migration spotrelay runs Uniform "
-        "Progress's own rules, so on one pool it can at best tie uniform-progress; beating it needs a better "
-        "market choice than the paper's (e.g. one that uses the interruption model's estimate of a pool's "
-        "availability): new policy work, not done here. Where several pools compete, its ranking (expected cost "
-        "to finish with the interruption record) is what makes it cheaper (cant-be-late-multi).",
+        "2. **Cost.** `place()`'s market choice is Uniform Progress's four rules with one change to rule 3: a job on "
+        "on-demand goes back to spot when it is two restarts ahead of the uniform line (the paper's hysteresis) "
+        "or, behind it, when a spot run is expected to pay for the switch (`spotrelay.policy.placement."
+        "spot_run_pays_off`: a run of T hours costs T x spot and makes (T - d)+ of progress, the shortfall bought "
+        "back on on-demand at worst; T from the job's own interrupted runs in that pool, else from the pool's "
+        "interruption rate). The paper keeps such a job on on-demand until it has caught up, which on a 52 h "
+        "deadline for 48 h of work takes 13 h per hour behind. Rule 1 (an idle job behind the line goes "
+        "on-demand) pays off only with rule 3, which reconcile provides: every 5 minutes it re-places jobs "
+        "running on on-demand and moves them back make-before-break (the spot instance first, then the handover "
+        "through a checkpoint), so a pool without capacity never costs the job a restart. "
+        "`spotrelay-no-migrate` is the control plane without that path (on-demand is for good, so Place cannot "
+        "use rule 1 and an idle job waits for spot until the net).",
+        "3. **What the other policies get for free: capacity, at once.** They are told which pools have capacity "
+        "at every moment (`spot_choices`) and act on it the moment it changes. A deployment finds out by "
+        "launching (a refused pool is skipped for 3 minutes, Karpenter's ICE-cache TTL), a waiting job tries "
+        "again after Place's backoff (1, 2, then every 3 minutes) and a job on on-demand is looked at when "
+        "reconcile runs (every 5 minutes); the replay models all three. `spotrelay-sees-capacity` is spotrelay "
+        "told which pools have capacity (no deployment can be), with the same timing. On the single-pool "
+        "Can't Be Late setting the refined rule 3 more than makes up for the late information. On fleet it "
+        "does not: its p3.16xlarge pools lose capacity within minutes, tens of times per job, so the runs "
+        "that would pay for a move are rare there, and each return of capacity is found minutes late, which "
+        "a policy that sees capacity does not pay.",
         "4. **1.2x of omniscient.** The bound is a relaxation (fractional use of every hour with perfect foresight, "
         "a restart's share charged per availability interval used, relaxed from one whole restart per interval); "
         "the last column shows how far the best online policy that meets every deadline is from it. On fleet "
@@ -293,9 +299,9 @@ ABOUT = """## How to read this
   on-demand moved back to spot when Uniform Progress's hysteresis allows (reconcile's make-before-break:
   the spot instance is launched first, so a pool without capacity leaves the job on on-demand). Its
   safety net keeps a checkpoint interval of slack more for jobs whose spec gives no grace to save at the
-  notice (the fleet's periodic-only jobs). Idealisations in its favour: an idle job is re-placed at every
-  market change and when a block lapses, where production re-places after the Wait state's backoff (1, 2, then
-  every 3 min), and an on-demand job at every market change, where reconcile looks every few minutes; a move
+  notice (the fleet's periodic-only jobs). Its timing is production's: a waiting job is re-placed after
+  the Wait state's backoff (1, 2, then every 3 min, sooner for the safety net), never woken by capacity
+  returning, and a job on on-demand when reconcile runs (every 5 min). Idealisation in its favour: a move
   back to spot costs d on the spot instance, as a restart does, where production also bills the
   on-demand instance for the standby's boot (it keeps working meanwhile). Against it: the other policies
   see a pool's capacity the moment it returns; spotrelay finds out by launching (a refused pool is

@@ -164,11 +164,7 @@ def place_step(
                     f"{fresh.spec.limits.max_wait_hours:g}); last: {' | '.join(decision.explain(alternatives=0))}"
                 ),
             )
-        backoff = min(WAIT_BASE_SECONDS * 2**fresh.place_waits, WAIT_MAX_SECONDS)
-        to_net = _seconds_to_safety_net(decision.market)
-        # Wake by the net while it is ahead; once it is due and still nothing can be placed (every pool
-        # blocked, over the budget or the cap), waking sooner would not help: the backoff paces Place.
-        wait = min(backoff, max(MIN_WAIT_SECONDS, to_net)) if to_net > 0 else backoff
+        wait = place_wait_seconds(fresh.place_waits, decision.market)
         fresh.place_waits += 1
         fresh.waiting_since = waiting_since
         fresh.state = ensure_transition(fresh.state, JobState.WAITING)
@@ -208,11 +204,12 @@ def placement_now(
     current_market: Market | None = None,
     migrates: bool = False,
     billing_usd: float = 0.0,
+    spot_runs: Mapping[str, Sequence[float]] | None = None,
 ) -> Placement:
     """`place()` for the job with what the deployment knows now: the spot prices of the allowed types in
     the zones with a subnet, the pools' blocks and interruption record, the budget left.
     `current_market`: the market of the instance the job runs on (None: idle); `billing_usd`: what its
-    open attempts have cost so far (not in `job.cost_usd` until they are closed)."""
+    open attempts have cost so far (not in `job.cost_usd` until they are closed); `spot_runs`: see `place()`."""
     types = [t.name for t in job.spec.resources.fitting_types() if family_of(t.name) in context.allowed_families]
     zones = sorted(context.subnets)
     quotes = compute.spot_prices(types, zones, now) if types else []
@@ -234,7 +231,19 @@ def placement_now(
         zones=zones,
         current_market=current_market,
         migrates=migrates,
+        spot_runs=spot_runs,
     )
+
+
+def place_wait_seconds(place_waits: int, market: MarketDecision) -> int:
+    """How long a job with no pool to launch in waits before Place runs again, its `place_waits`-th wait
+    in a row: 1, 2, then every 3 minutes (the refused-pool block), sooner if Uniform Progress's safety net
+    is due first."""
+    backoff: int = min(WAIT_BASE_SECONDS * 2 ** min(place_waits, 16), WAIT_MAX_SECONDS)
+    to_net = _seconds_to_safety_net(market)
+    # Wake by the net while it is ahead; once it is due and still nothing can be placed (every pool
+    # blocked, over the budget or the cap), waking sooner would not help: the backoff paces Place.
+    return min(backoff, max(MIN_WAIT_SECONDS, to_net)) if to_net > 0 else backoff
 
 
 def _seconds_to_safety_net(market: MarketDecision) -> int:

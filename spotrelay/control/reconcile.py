@@ -9,7 +9,9 @@
 - An admitted job whose execution has ended (or never started) without reaching a terminal state is
   repaired: an ended execution fails the job with the reason; a missing one is started.
 - A job running on on-demand whose progress is ahead of the uniform line again (Uniform Progress's
-  rule 3), with a feasible spot pool, is moved back to spot, make-before-break: a spot instance is
+  rule 3), or behind it with a spot pool where a run is expected to pay for the switch (judged from the
+  job's own interrupted runs there: `spotrelay.policy.placement.spot_run_pays_off`), with a feasible spot
+  pool, is moved back to spot, make-before-break: a spot instance is
   launched first, as a standby attempt with no task token (a refused launch changes nothing for the
   job: the pool is blocked as at any refusal). Once the standby runs (ec2_events, or here if that event
   was missed) the on-demand attempt's agent is asked to checkpoint and hand the job back; Launch adopts
@@ -40,6 +42,7 @@ from spotrelay.control.lifecycle import (
 from spotrelay.control.ports import Clock, Compute, ConflictError, InstanceRef, JobStore, LaunchRefused, Workflow
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, ensure_transition
 from spotrelay.policy import MarketAction
+from spotrelay.policy.placement import spot_run_hours
 
 GONE_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 STANDBY_BOOT_SECONDS = 600
@@ -195,6 +198,7 @@ def _back_to_spot(
         context=context,
         current_market=Market.ON_DEMAND,
         billing_usd=attempt.cost(now),
+        spot_runs=spot_run_hours(attempts),
     )
     if decision.market.action is not MarketAction.SPOT:
         return

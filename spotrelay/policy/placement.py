@@ -19,13 +19,14 @@ deterministic function of its inputs.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.catalog import INSTANCE_TYPES, REFERENCE_GPU, InstanceType, relative_speed
-from spotrelay.models import JobSpec, Market, Objective, Pool, PriceQuote
+from spotrelay.models import Attempt, AttemptOutcome, JobSpec, Market, Objective, Pool, PriceQuote
 from spotrelay.models.job_spec import DEFAULT_RESTART_OVERHEAD_MINUTES
 from spotrelay.policy.interruptions import InterruptionModel
 from spotrelay.policy.market_choice import MarketAction, MarketDecision, uniform_progress
@@ -165,6 +166,7 @@ def place(
     zones: Collection[str] = (),
     restart_overhead_hours: float | None = None,
     migrates: bool = False,
+    spot_runs: Mapping[str, Sequence[float]] | None = None,
 ) -> Placement:
     """Rank the pools for `spec` given the current `quotes`.
 
@@ -180,6 +182,10 @@ def place(
     on-demand to catch up (Uniform Progress's rule 1, see `spotrelay.policy.market_choice`); otherwise it
     waits for spot until the safety net. A caller that passes `current_market=on-demand` is re-placing
     an on-demand job, so it migrates by definition.
+
+    `spot_runs`: how long (hours, boot included) each of the job's spot attempts ran before it was
+    interrupted, per offering ('type:az') — `spot_run_hours(attempts)`. For a job on on-demand behind the
+    uniform line, they decide whether a spot run in the best pool pays for the switch (`spot_run_pays_off`).
     """
     overhead = spec.placement.restart_overhead_hours if restart_overhead_hours is None else restart_overhead_hours
     rates = interruptions or InterruptionModel()
@@ -236,7 +242,7 @@ def place(
     ranked: list[RankedPool] = []
     rejected: list[Rejection] = []
 
-    def consider(pool: Pool, price: float) -> RankedPool | None:
+    def consider(pool: Pool, price: float, rejected: list[Rejection] = rejected) -> RankedPool | None:
         reason = misfit(pool.instance_type)
         if reason is not None:
             category = "unknown-type" if pool.instance_type not in INSTANCE_TYPES else "misfit"
@@ -301,10 +307,21 @@ def place(
                 spot.append(candidate)
 
     od_run_hours = _on_demand_run_hours(on_demand_types, od_prices, remaining_work_hours, cap)
+    # The on-demand pools the job could be given now (fits, not blocked, within the cap, the deadline and
+    # the budget); their rejections are reported only if the market choice is on-demand.
+    on_demand: list[RankedPool] = []
+    on_demand_rejected: list[Rejection] = []
     if spec.limits.on_demand_fallback:
-        spot = _cheaper_than_on_demand(
-            spot, on_demand_types, od_prices, remaining_work_hours, cap, time_left, overhead, rejected
-        )
+        for itype in on_demand_types:
+            for zone in sorted(all_zones):
+                pool = Pool(instance_type=itype.name, availability_zone=zone, market=Market.ON_DEMAND)
+                candidate = consider(pool, od_prices[itype.name], on_demand_rejected)
+                if candidate is not None:
+                    on_demand.append(candidate)
+    # Spot dearer than those is no spot at all, when the market choice can pick on-demand instead (a
+    # deadline and a work estimate; without them it chooses between spot and waiting).
+    if on_demand and spec.limits.deadline_hours is not None and spec.work_hours is not None:
+        spot = _cheaper_than(spot, on_demand, spec.placement.objective, rejected)
     decision = uniform_progress(
         total_work_hours=spec.work_hours,
         work_done_hours=work_done_hours,
@@ -317,6 +334,10 @@ def place(
         current=current_market,
         returns_to_spot=migrates or current_market is Market.ON_DEMAND,
         work_at_risk_hours=work_at_risk_hours(spec),
+        spot_run_pays_off=current_market is Market.ON_DEMAND
+        and bool(spot)
+        and bool(on_demand)
+        and _best_spot_run_pays_off(spot, on_demand, spec, rates, overhead, spot_runs or {}),
     )
     if deadline_lost:
         decision = decision.model_copy(
@@ -326,13 +347,7 @@ def place(
     if decision.action is MarketAction.SPOT:
         ranked.extend(spot)
     elif decision.action is MarketAction.ON_DEMAND:
-        on_demand: list[RankedPool] = []
-        for itype in on_demand_types:
-            for zone in sorted(all_zones):
-                pool = Pool(instance_type=itype.name, availability_zone=zone, market=Market.ON_DEMAND)
-                candidate = consider(pool, od_prices[itype.name])
-                if candidate is not None:
-                    on_demand.append(candidate)
+        rejected.extend(on_demand_rejected)
         if on_demand or not spot:
             ranked.extend(on_demand)
             for r in spot:
@@ -378,50 +393,96 @@ def work_at_risk_hours(spec: JobSpec) -> float:
     return spec.checkpoint.interval_minutes / 60 if spec.checkpoint.grace_seconds == 0 else 0.0
 
 
-def _cheaper_than_on_demand(
-    spot: list[RankedPool],
-    on_demand_types: list[InstanceType],
-    prices: Mapping[str, float],
-    remaining_work_hours: float,
-    cap: float | None,
-    time_left: float | None,
-    overhead: float,
-    rejected: list[Rejection],
+def unit_cost(r: RankedPool, objective: Objective = Objective.COST_TO_FINISH) -> float:
+    """USD per reference-GPU hour of work on a ranked pool: its expected cost to finish (interruptions
+    included) over the work, or, with objective `hourly` or no work left, its hourly price over its speed."""
+    if objective is Objective.HOURLY or r.run_hours <= 0:
+        return r.hourly_price / r.relative_speed
+    return r.expected_cost_to_finish / (r.run_hours * r.relative_speed)
+
+
+def _cheaper_than(
+    spot: list[RankedPool], on_demand: list[RankedPool], objective: Objective, rejected: list[Rejection]
 ) -> list[RankedPool]:
-    """The spot pools expected to cost less per unit of work than the cheapest on-demand type that can
-    finish the job (within the cap and, if judged, the deadline); the others are rejected. Spot is worth
-    its interruptions only when it is cheaper: a 1-GPU job offered only an 8-GPU spot instance ($7-8/h for
-    p3.16xlarge) runs on a 1-GPU on-demand one ($3.06/h for p3.2xlarge), or waits for cheaper spot while
-    it is ahead of schedule."""
-    best: tuple[float, str] | None = None  # (USD per reference-GPU hour, type)
-    for itype in on_demand_types:
-        price, speed = prices[itype.name], relative_speed(itype)
-        if cap is not None and price > cap:
-            continue
-        if time_left is not None and remaining_work_hours / speed + overhead > time_left + DEADLINE_ROUNDING_HOURS:
-            continue
-        if best is None or price / speed < best[0]:
-            best = (price / speed, itype.name)
-    if best is None:
-        return spot
+    """The spot pools that cost less per unit of work than the cheapest usable on-demand pool; the others
+    are rejected. Spot is worth its interruptions only when it is cheaper: a 1-GPU job offered only an
+    8-GPU spot instance ($7-8/h for p3.16xlarge) runs on a 1-GPU on-demand one ($3.06/h for p3.2xlarge),
+    or waits for cheaper spot while it is ahead of schedule."""
+    best = min(on_demand, key=lambda r: (unit_cost(r, objective), *_pool_order(r.pool)))
+    yardstick = unit_cost(best, objective)
     kept = []
     for r in spot:
-        # per unit of work, interruptions included (with no work left: the price per unit alone)
-        unit = (r.expected_cost_to_finish / r.run_hours if r.run_hours > 0 else r.hourly_price) / r.relative_speed
-        if unit < best[0]:
+        unit = unit_cost(r, objective)
+        if unit < yardstick:
             kept.append(r)
             continue
         rejected.append(
             Rejection(
                 pool=r.pool,
                 reason=(
-                    f"expected ${unit:.4f} per {REFERENCE_GPU}-hour of work on spot, no less than "
-                    f"${best[0]:.4f} on on-demand {best[1]}"
+                    f"${unit:.4f} per {REFERENCE_GPU}-hour of work on spot, no less than ${yardstick:.4f} "
+                    f"on {best.pool.instance_type} on-demand"
                 ),
                 category="dearer-than-on-demand",
             )
         )
     return kept
+
+
+def _best_spot_run_pays_off(
+    spot: list[RankedPool],
+    on_demand: list[RankedPool],
+    spec: JobSpec,
+    rates: InterruptionModel,
+    overhead: float,
+    spot_runs: Mapping[str, Sequence[float]],
+) -> bool:
+    best = min(spot, key=lambda r: (unit_cost(r, spec.placement.objective), *_pool_order(r.pool)))
+    yardstick = min(unit_cost(r, spec.placement.objective) for r in on_demand)
+    return spot_run_pays_off(
+        spot_unit=best.hourly_price / best.relative_speed,
+        on_demand_unit=yardstick,
+        # a job that does not save at the notice also loses half a checkpoint interval on average
+        overhead_hours=overhead + work_at_risk_hours(spec) / 2,
+        runs=spot_runs.get(best.pool.offering, ()),
+        hourly_rate=rates.hourly_rate(best.pool),
+    )
+
+
+def spot_run_pays_off(
+    *, spot_unit: float, on_demand_unit: float, overhead_hours: float, runs: Sequence[float], hourly_rate: float
+) -> bool:
+    """Whether moving a job from on-demand to a spot pool is expected to cost less than staying, whatever
+    its progress (USD per unit of work: spot s, on-demand o; d the overhead a start costs).
+
+    A spot run that lasts T hours before its interruption costs T s and makes (T - d)+ of progress; the
+    job then restarts on on-demand (d o). Staying on on-demand for the same T + d hours costs (T + d) o and
+    makes T + d of progress. The switch's shortfall, T + d - (T - d)+, is made up on on-demand at worst
+    (o each). So the switch pays off when T s + d o < (T - d)+ o, on average over T:
+        E[(T - d)+] / E[T] > s / o + d / E[T].
+    With the job's own interrupted runs in the pool (`runs`, boot included) the averages are theirs; with
+    none, T is exponential with the pool's interruption rate r: E[(T - d)+] = exp(-r d) / r, and the
+    condition is s + r d o < exp(-r d) o. A pool whose capacity comes and goes in minutes (most of its
+    runs end within d) fails it even at a third of the on-demand price."""
+    if runs:
+        total = sum(runs)
+        if total <= 0:
+            return False
+        useful = sum(max(0.0, t - overhead_hours) for t in runs)
+        return useful / total > spot_unit / on_demand_unit + overhead_hours * len(runs) / total
+    x = hourly_rate * overhead_hours
+    return spot_unit + x * on_demand_unit < math.exp(-x) * on_demand_unit
+
+
+def spot_run_hours(attempts: Iterable[Attempt]) -> dict[str, list[float]]:
+    """Per offering ('type:az'), how long each interrupted spot attempt ran: from its launch to the
+    interruption notice (or its end)."""
+    runs: dict[str, list[float]] = {}
+    for a in attempts:
+        end = a.interrupted_at or a.ended_at
+        if a.pool.market is Market.SPOT and a.outcome is AttemptOutcome.INTERRUPTED and end is not None:
+            runs.setdefault(a.pool.offering, []).append(max(0.0, (end - a.started_at).total_seconds() / 3600))
+    return runs
 
 
 def _pool_order(pool: Pool) -> tuple[str, str, str]:

@@ -43,10 +43,10 @@ def trace_json(data: Sequence[int], gap_seconds: float = 3600) -> str:
     return json.dumps({"metadata": {"gap_seconds": gap_seconds}, "data": list(data)})
 
 
-def market_of(traces: dict[str, Sequence[int]], price: float = SPOT) -> SpotMarket:
+def market_of(traces: dict[str, Sequence[int]], price: float = SPOT, gap_seconds: float = 3600) -> SpotMarket:
     builder = MarketBuilder(START)
     for zone, data in traces.items():
-        trace = parse_availability_trace(trace_json(data), zone, "v100_1", f"{zone}_v100_1.json")
+        trace = parse_availability_trace(trace_json(data, gap_seconds), zone, "v100_1", f"{zone}_v100_1.json")
         builder.add_trace(trace, PAPER_INSTANCE_TYPE, spot_price_usd_per_hour=price)
     return builder.build()
 
@@ -281,6 +281,27 @@ def test_spotrelay_goes_back_to_spot_from_on_demand_and_the_variant_without_migr
     assert moves.cost < stays.cost
     assert stays.deadline_met
     assert moves.deadline_met
+
+
+def test_spotrelay_finds_returning_capacity_only_when_reconcile_or_place_runs() -> None:
+    # Given no spot for the first 1.55 h (traced per 3 min), then spot for good: a 10 h job due in 12 h goes
+    # on-demand at once (behind the uniform line, rule 1); without migration, one due in 100 h, submitted at
+    # 0.02 h, waits for spot
+    market = market_of({"us-east-1a": [0] * 31 + [1] * 600}, gap_seconds=180)
+    job = bench_job(["us-east-1a"], work=10, deadline=12)
+    tight = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
+    job = bench_job(["us-east-1a"], work=10, deadline=100, submit=0.02)
+    loose = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay-no-migrate"], keep_timeline=True)
+    # When capacity returns at 1.55 h
+    # Then the job on on-demand starts its spot instance when reconcile runs next (every 5 min from the
+    # market's start: at 1.5833 h), not at the return
+    spot_starts = [s.start for s in tight.segments if s.pool.market is Market.SPOT]
+    assert spot_starts[0] == pytest.approx(1 + 35 / 60)
+    # And the waiting job, whose launch is refused and retried every 3 min (1 then 2 min of Place's backoff,
+    # the refused pool blocked for 3), starts at its first retry at or after the return: from 0.02 h, at
+    # 0.02 h + 31 x 3 min = 1.57 h
+    assert [s.pool.market for s in loose.segments] == [Market.SPOT, Market.SPOT]
+    assert loose.segments[0].start == pytest.approx(1.57)
 
 
 def test_spotrelay_catches_up_on_demand_while_behind_and_the_variant_without_migration_waits() -> None:

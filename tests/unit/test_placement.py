@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 import spotrelay.policy.placement as placement_module
 from spotrelay.catalog import GPU_MODELS, INSTANCE_TYPES, relative_speed
-from spotrelay.models import JobSpec, Market, Pool, PriceQuote, ResourcesSpec, parse_job_spec
+from spotrelay.models import Attempt, AttemptOutcome, JobSpec, Market, Pool, PriceQuote, ResourcesSpec, parse_job_spec
 from spotrelay.policy import (
     DEFAULT_RESTART_OVERHEAD_HOURS,
     InterruptionModel,
@@ -220,7 +220,9 @@ def test_a_type_that_does_not_fit_the_job_is_rejected_with_its_reason(
     # Given a job whose resources one quoted type cannot satisfy and another can, at a quarter of its
     # on-demand price but dearer than the misfit
     spec = job_spec(resources=resources)
-    fitting_price = INSTANCE_TYPES[fitting_type].on_demand_usd_per_hour / 4
+    on_demand_price = INSTANCE_TYPES[fitting_type].on_demand_usd_per_hour
+    assert on_demand_price is not None
+    fitting_price = on_demand_price / 4
     quotes = [quote(misfit_type, ZONE_A, 0.10), quote(fitting_type, ZONE_A, fitting_price)]
     # When placed
     placement = place(spec, quotes)
@@ -767,37 +769,63 @@ def test_placement_is_deterministic_and_independent_of_quote_order(
     assert reordered == first
 
 
+def cheapest_usable_on_demand(
+    spec: JobSpec, quotes: list[PriceQuote], kwargs: dict[str, Any], placement: Placement
+) -> float | None:
+    """USD per reference-GPU hour on the cheapest on-demand pool the job could be given: a type that fits,
+    in a quoted zone, not blocked, within the cap, the deadline (unless lost) and the budget."""
+    cap, deadline = spec.limits.max_price_per_hour, spec.limits.deadline_hours
+    time_left = None if deadline is None or placement.deadline_lost else deadline - kwargs["elapsed_hours"]
+    units = []
+    for t in INSTANCE_TYPES.values():
+        price = t.on_demand_usd_per_hour
+        if price is None or spec.resources.misfit(t) is not None or (cap is not None and price > cap):
+            continue
+        run_hours = placement.remaining_work_hours / relative_speed(t)
+        if time_left is not None and run_hours + spec.placement.restart_overhead_hours > time_left + 1e-9:
+            continue
+        budget = kwargs["budget_left_usd"]
+        if budget is not None and price * run_hours > budget:
+            continue
+        pools = {
+            Pool(instance_type=t.name, availability_zone=q.pool.availability_zone, market=Market.ON_DEMAND)
+            for q in quotes
+        }
+        if pools - kwargs["blocked"]:
+            units.append(price / relative_speed(t))
+    return min(units, default=None)
+
+
 @PROPERTY_SETTINGS
 @given(placement_inputs())
-def test_no_ranked_spot_pool_costs_more_per_unit_of_work_than_a_usable_on_demand_type(
+def test_spot_is_ranked_only_when_cheaper_than_the_on_demand_the_job_could_get(
     case: tuple[JobSpec, list[PriceQuote], dict[str, Any]],
 ) -> None:
-    # Given any job that may fall back on on-demand, and any price table
+    # Given any job, price table, blocked set, budget and clock
     spec, quotes, kwargs = case
     # When placed
     placement = place(spec, quotes, **kwargs)
-    # Then no spot pool is ranked whose expected cost per unit of work (interruptions included) is at or
-    # above the price per unit of work of an on-demand type that fits, is within the cap and can finish in time
-    if not spec.limits.on_demand_fallback:
-        return
-    cap = spec.limits.max_price_per_hour
-    deadline = spec.limits.deadline_hours
-    judged = deadline is not None and spec.work_hours is not None and not placement.deadline_lost
-    usable = [
-        t.on_demand_usd_per_hour / relative_speed(t)
-        for t in INSTANCE_TYPES.values()
-        if t.on_demand_usd_per_hour is not None
-        and spec.resources.misfit(t) is None
-        and (cap is None or t.on_demand_usd_per_hour <= cap)
-        and not (
-            judged
-            and placement.remaining_work_hours / relative_speed(t) + spec.placement.restart_overhead_hours
-            > deadline - kwargs["elapsed_hours"] + 1e-9
-        )
-    ]
-    for r in placement.ranked:
-        if r.pool.market is Market.SPOT and usable and r.run_hours > 0:
-            assert r.expected_cost_to_finish / (r.run_hours * r.relative_speed) < min(usable)
+    yardstick = cheapest_usable_on_demand(spec, quotes, kwargs, placement)
+    applies = (
+        spec.limits.on_demand_fallback
+        and spec.limits.deadline_hours is not None
+        and spec.work_hours is not None
+        and yardstick is not None
+    )
+    dearer = [r for r in placement.rejected if r.category == "dearer-than-on-demand"]
+    event(f"{len(dearer)} dearer-than-on-demand")
+    # Then a spot pool is rejected as dearer than on-demand only for a job whose market choice can pick
+    # on-demand, when an on-demand pool it could get costs less per unit of work; never leaving it with nothing
+    # while it is behind schedule
+    if dearer:
+        assert applies
+        assert placement.ranked or placement.market.action is MarketAction.WAIT
+    # And when the rule applies, every ranked spot pool costs less per unit of work than that on-demand pool
+    if applies:
+        assert yardstick is not None
+        for r in placement.ranked:
+            if r.pool.market is Market.SPOT:
+                assert placement_module.unit_cost(r, spec.placement.objective) < yardstick
 
 
 def test_a_spot_pool_dearer_than_on_demand_is_rejected_and_the_job_goes_on_demand_or_waits() -> None:
@@ -813,12 +841,39 @@ def test_a_spot_pool_dearer_than_on_demand_is_rejected_and_the_job_goes_on_deman
         assert all(r.pool.market is Market.ON_DEMAND for r in placement.ranked)
         category, reason = rejection_of(placement, big.pool)
         assert category == "dearer-than-on-demand"
-        assert "on on-demand p3.2xlarge" in reason
+        assert "on p3.2xlarge on-demand" in reason
     # And the job waits for cheaper spot while it is on schedule, then catches up on a 1-GPU on-demand instance
     assert at_start.market.action is MarketAction.WAIT
     assert behind.market.action is MarketAction.ON_DEMAND
     assert behind.best is not None
     assert behind.best.pool.instance_type == "p3.2xlarge"
+
+
+def test_a_job_without_a_deadline_takes_spot_however_dear() -> None:
+    # Given the same 1-GPU job with no deadline (its market choice is spot or wait, never on-demand)
+    spec = job_spec(work_hours=6, resources={"gpus": 1, "gpu_models": ["V100"]})
+    big = quote("p3.16xlarge", ZONE_A, 7.955)
+    # When it is placed
+    placement = place(spec, [big])
+    # Then the 8-GPU spot pool is ranked: rejecting it would leave the job waiting for nothing
+    assert ranked_pools(placement) == [big.pool]
+
+
+def test_spot_is_measured_against_the_on_demand_pools_the_job_can_get() -> None:
+    # Given the 1-GPU job due in 12 h, an hour behind schedule, with spot only on p3.16xlarge at $7.96/h
+    spec = job_spec(work_hours=6, resources={"gpus": 1, "gpu_models": ["V100"]}, limits={"deadline_hours": 12})
+    big = quote("p3.16xlarge", ZONE_A, 7.955)
+    one_gpu = Pool(instance_type="p3.2xlarge", availability_zone=ZONE_A, market=Market.ON_DEMAND)
+    four_gpus = Pool(instance_type="p3.8xlarge", availability_zone=ZONE_A, market=Market.ON_DEMAND)
+    eight_gpus = Pool(instance_type="p3.16xlarge", availability_zone=ZONE_A, market=Market.ON_DEMAND)
+    # When the 1-GPU on-demand pool is blocked (a refused launch), and then every V100 on-demand pool is
+    no_p3_2xlarge = place(spec, [big], elapsed_hours=1, migrates=True, blocked={one_gpu})
+    none = place(spec, [big], elapsed_hours=1, migrates=True, blocked={one_gpu, four_gpus, eight_gpus})
+    # Then the spot pool at $7.96/h beats the 4-GPU on-demand one at $12.24/h, and is taken
+    assert ranked_pools(no_p3_2xlarge) == [big.pool]
+    # And with no on-demand pool to be had, the spot pool is simply spot: taken
+    assert ranked_pools(none) == [big.pool]
+    assert none.market.action is MarketAction.SPOT
 
 
 def test_a_job_without_on_demand_fallback_takes_spot_however_dear() -> None:
@@ -833,6 +888,75 @@ def test_a_job_without_on_demand_fallback_takes_spot_however_dear() -> None:
     placement = place(spec, [big])
     # Then the 8-GPU spot pool is its only choice, and it is taken
     assert ranked_pools(placement) == [big.pool]
+
+
+# --- back to spot from on-demand ---------------------------------------------------------------------
+
+
+def test_a_spot_run_pays_for_the_switch_unless_the_pool_loses_its_capacity_within_minutes() -> None:
+    # Given V100 spot at $0.97/h against $3.06/h on-demand and restarts of 0.2 h
+    pays = {"spot_unit": 0.97, "on_demand_unit": 3.06, "overhead_hours": 0.2}
+    # Then runs of 1-3 h pay for a switch, runs mostly shorter than the restart do not
+    assert placement_module.spot_run_pays_off(**pays, runs=[2.0, 3.0, 1.0], hourly_rate=0.0)
+    assert not placement_module.spot_run_pays_off(**pays, runs=[0.15, 0.2, 0.25, 0.1], hourly_rate=0.0)
+    # And with no run of its own, the pool's interruption rate decides: break-even near r d = 0.37 here
+    # (0.317 + x = exp(-x))
+    assert placement_module.spot_run_pays_off(**pays, runs=[], hourly_rate=1.5)  # r d = 0.3
+    assert not placement_module.spot_run_pays_off(**pays, runs=[], hourly_rate=2.0)  # r d = 0.4
+    # And spot at the on-demand price never pays
+    assert not placement_module.spot_run_pays_off(
+        spot_unit=3.06, on_demand_unit=3.06, overhead_hours=0.2, runs=[], hourly_rate=0.0
+    )
+
+
+def test_a_job_on_demand_behind_schedule_goes_back_to_spot_unless_its_runs_there_were_short() -> None:
+    # Given a 6 h V100 job due in 12 h, on on-demand, 2 h in with 0.5 h done: behind the uniform line, far
+    # outside the safety net; spot at $0.97/h in one pool
+    spec = job_spec(work_hours=6, resources={"gpus": 1, "gpu_models": ["V100"]}, limits={"deadline_hours": 12})
+    v100 = quote("p3.2xlarge", ZONE_A, 0.97)
+    state: dict[str, Any] = {"work_done_hours": 0.5, "elapsed_hours": 2, "current_market": Market.ON_DEMAND}
+    # When it is re-placed with no run of its own there, and with three runs there of 5 to 8 minutes
+    fresh = place(spec, [v100], **state)
+    burnt = place(spec, [v100], **state, spot_runs={v100.pool.offering: [0.1, 0.08, 0.13]})
+    # Then it goes back to spot in the first case (the paper's hysteresis alone would keep it on on-demand)
+    assert fresh.market.action is MarketAction.SPOT
+    assert "pay for the switch" in fresh.market.reason
+    assert ranked_pools(fresh) == [v100.pool]
+    # And stays on on-demand in the second: those runs end before a restart of 6 min pays off
+    assert burnt.market.action is MarketAction.ON_DEMAND
+    assert "hysteresis" in burnt.market.reason
+
+
+def test_spot_run_hours_are_the_interrupted_spot_attempts_from_launch_to_notice() -> None:
+    # Given a job's attempts: two interrupted spot runs in one pool, a lost one, an on-demand one, an open one
+    pool = Pool(instance_type="p3.2xlarge", availability_zone=ZONE_A)
+    base = Attempt(job_id="j", attempt=1, pool=pool, hourly_price=0.97, started_at=T0)
+    attempts = [
+        base.model_copy(
+            update={
+                "interrupted_at": T0 + timedelta(minutes=30),
+                "ended_at": T0 + timedelta(minutes=32),
+                "outcome": AttemptOutcome.INTERRUPTED,
+            }
+        ),
+        base.model_copy(
+            update={"attempt": 2, "ended_at": T0 + timedelta(hours=2), "outcome": AttemptOutcome.INTERRUPTED}
+        ),
+        base.model_copy(update={"attempt": 3, "ended_at": T0 + timedelta(hours=1), "outcome": AttemptOutcome.LOST}),
+        base.model_copy(
+            update={
+                "attempt": 4,
+                "pool": pool.model_copy(update={"market": Market.ON_DEMAND}),
+                "ended_at": T0 + timedelta(hours=1),
+                "outcome": AttemptOutcome.INTERRUPTED,
+            }
+        ),
+        base.model_copy(update={"attempt": 5}),
+    ]
+    # When the runs are read
+    runs = placement_module.spot_run_hours(attempts)
+    # Then only the interrupted spot runs count, each up to its notice (else its end)
+    assert runs == {pool.offering: [0.5, 2.0]}
 
 
 def test_a_job_that_cannot_save_at_the_notice_keeps_a_checkpoint_interval_in_the_safety_net() -> None:
