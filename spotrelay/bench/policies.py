@@ -104,7 +104,14 @@ def uniform_progress_wake(
 
 def hysteresis_crossing(ctx: JobContext, st: JobStatus, restart_overhead_hours: float) -> float | None:
     """For a job on (or about to start on) on-demand: when its progress reaches the uniform line 2d
-    ahead, where Uniform Progress's hysteresis (rule 3) lets it back to spot."""
+    ahead, where Uniform Progress's hysteresis (rule 3) lets it back to spot (a hair after, so that the
+    rule's own comparison has flipped; None: never, or already past)."""
+    crossing = hysteresis_line_crossing(ctx, st, restart_overhead_hours)
+    return crossing + WAKE_EPSILON_HOURS if crossing is not None and crossing > st.t else None
+
+
+def hysteresis_line_crossing(ctx: JobContext, st: JobStatus, restart_overhead_hours: float) -> float | None:
+    """`hysteresis_crossing` exactly (possibly in the past); None: progress never gains on the line."""
     job, od = ctx.job, ctx.on_demand
     if od is None:
         return None
@@ -117,8 +124,7 @@ def hysteresis_crossing(ctx: JobContext, st: JobStatus, restart_overhead_hours: 
     else:
         begin = st.t + job.restart_overhead_hours  # starting on-demand now
     # progress(t) = work_done + rate (t - begin) = slope (t - s + 2d)
-    crossing = (slope * (2 * d - s) - st.work_done + rate * begin) / (rate - slope)
-    return crossing + WAKE_EPSILON_HOURS if crossing > st.t else None
+    return (slope * (2 * d - s) - st.work_done + rate * begin) / (rate - slope)
 
 
 class OnDemand:
@@ -343,12 +349,15 @@ class Spotrelay:
         Until a market change, the hysteresis line or a block's lapse, every run would leave it there (nothing
         it decides on changes, and a refused pool stays refused), so the replay wakes it at the first run after
         any of them."""
-        now = self._now(status.t)
+        t, now = status.t, self._now(status.t)
         lapses = [self.ctx.market.to_hours(b.until) for b in self.blocks if b.until > now]
-        next_change = _first(
-            self.ctx.next_change(status.t), hysteresis_crossing(self.ctx, status, self.overhead), *lapses
-        )
-        wake = None if next_change is None else _reconcile_run_after(max(next_change, status.t + WAKE_EPSILON_HOURS))
+        crossing = hysteresis_line_crossing(self.ctx, status, self.overhead)
+        if crossing is not None and crossing < t - THRESHOLD_ROUNDING_HOURS:
+            crossing = None  # passed: it is ahead, and only the market can change the answer
+        # A run at the crossing, or a rounding error after it, may see the job ahead.
+        ahead = None if crossing is None else crossing - THRESHOLD_ROUNDING_HOURS
+        first = _first(self.ctx.next_change(t), ahead, *lapses)
+        wake = None if first is None else _reconcile_run_after(max(first, t + WAKE_EPSILON_HOURS))
         return Decision(pool=pool or status.running, recheck_at=wake)
 
     def _wait(self, status: JobStatus, market: MarketDecision) -> Decision:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -322,23 +323,36 @@ def place(
     # deadline and a work estimate; without them it chooses between spot and waiting).
     if on_demand and spec.limits.deadline_hours is not None and spec.work_hours is not None:
         spot = _cheaper_than(spot, on_demand, spec.placement.objective, rejected)
-    decision = uniform_progress(
-        total_work_hours=spec.work_hours,
-        work_done_hours=work_done_hours,
-        deadline_hours=spec.limits.deadline_hours,
-        elapsed_hours=elapsed_hours,
-        on_demand_run_hours=od_run_hours,
-        restart_overhead_hours=overhead,
-        spot_available=bool(spot),
-        on_demand_allowed=spec.limits.on_demand_fallback,
-        current=current_market,
-        returns_to_spot=migrates or current_market is Market.ON_DEMAND,
-        work_at_risk_hours=work_at_risk_hours(spec),
-        spot_run_pays_off=current_market is Market.ON_DEMAND
-        and bool(spot)
-        and bool(on_demand)
-        and _best_spot_run_pays_off(spot, on_demand, spec, rates, overhead, spot_runs or {}),
-    )
+    market_inputs: dict[str, Any] = {
+        "total_work_hours": spec.work_hours,
+        "work_done_hours": work_done_hours,
+        "deadline_hours": spec.limits.deadline_hours,
+        "elapsed_hours": elapsed_hours,
+        "on_demand_run_hours": od_run_hours,
+        "restart_overhead_hours": overhead,
+        "spot_available": bool(spot),
+        "on_demand_allowed": spec.limits.on_demand_fallback,
+        "current": current_market,
+        "returns_to_spot": migrates or current_market is Market.ON_DEMAND,
+        "work_at_risk_hours": work_at_risk_hours(spec),
+    }
+    decision = uniform_progress(**market_inputs)
+    if current_market is Market.ON_DEMAND and decision.action is MarketAction.ON_DEMAND and spot and on_demand:
+        # Rule 3, refined: behind the line, back to spot only in the pools where a run pays for the switch.
+        paying = _spot_runs_paying_off(spot, on_demand, spec, rates, overhead, spot_runs or {})
+        refined = uniform_progress(**market_inputs, spot_run_pays_off=bool(paying))
+        if refined.action is MarketAction.SPOT:
+            decision = refined
+            for r in spot:
+                if r not in paying:
+                    rejected.append(
+                        Rejection(
+                            pool=r.pool,
+                            reason="the job's runs here were too short to pay for leaving on-demand",
+                            category="short-runs",
+                        )
+                    )
+            spot = paying
     if deadline_lost:
         decision = decision.model_copy(
             update={"reason": f"the deadline can no longer be met: finish as soon as possible; {decision.reason}"}
@@ -429,59 +443,76 @@ def _cheaper_than(
     return kept
 
 
-def _best_spot_run_pays_off(
+def _spot_runs_paying_off(
     spot: list[RankedPool],
     on_demand: list[RankedPool],
     spec: JobSpec,
     rates: InterruptionModel,
     overhead: float,
     spot_runs: Mapping[str, Sequence[float]],
-) -> bool:
-    best = min(spot, key=lambda r: (unit_cost(r, spec.placement.objective), *_pool_order(r.pool)))
-    yardstick = min(unit_cost(r, spec.placement.objective) for r in on_demand)
-    return spot_run_pays_off(
-        spot_unit=best.hourly_price / best.relative_speed,
-        on_demand_unit=yardstick,
-        # a job that does not save at the notice also loses half a checkpoint interval on average
-        overhead_hours=overhead + work_at_risk_hours(spec) / 2,
-        runs=spot_runs.get(best.pool.offering, ()),
-        hourly_rate=rates.hourly_rate(best.pool),
-    )
+) -> list[RankedPool]:
+    """The spot pools where a run is expected to pay for leaving the cheapest usable on-demand pool."""
+    yardstick = min(on_demand, key=lambda r: (unit_cost(r, spec.placement.objective), *_pool_order(r.pool)))
+    on_demand_unit = unit_cost(yardstick, spec.placement.objective)
+    # a job that does not save at the notice also loses half a checkpoint interval on average
+    overhead_hours = overhead + work_at_risk_hours(spec) / 2
+    return [
+        r
+        for r in spot
+        if spot_run_pays_off(
+            spot_unit=r.hourly_price / r.relative_speed,
+            on_demand_unit=on_demand_unit,
+            speed_ratio=yardstick.relative_speed / r.relative_speed,
+            overhead_hours=overhead_hours,
+            runs=spot_runs.get(r.pool.offering, ()),
+            hourly_rate=rates.hourly_rate(r.pool),
+        )
+    ]
 
 
 def spot_run_pays_off(
-    *, spot_unit: float, on_demand_unit: float, overhead_hours: float, runs: Sequence[float], hourly_rate: float
+    *,
+    spot_unit: float,
+    on_demand_unit: float,
+    overhead_hours: float,
+    runs: Sequence[float],
+    hourly_rate: float,
+    speed_ratio: float = 1.0,
 ) -> bool:
     """Whether moving a job from on-demand to a spot pool is expected to cost less than staying, whatever
-    its progress (USD per unit of work: spot s, on-demand o; d the overhead a start costs).
+    its progress. Prices per unit of work: spot s, on-demand o; `speed_ratio` k = on-demand speed / spot
+    speed; d the overhead a start costs (hours).
 
-    A spot run that lasts T hours before its interruption costs T s and makes (T - d)+ of progress; the
-    job then restarts on on-demand (d o). Staying on on-demand for the same T + d hours costs (T + d) o and
-    makes T + d of progress. The switch's shortfall, T + d - (T - d)+, is made up on on-demand at worst
-    (o each). So the switch pays off when T s + d o < (T - d)+ o, on average over T:
-        E[(T - d)+] / E[T] > s / o + d / E[T].
+    A spot run that lasts T hours before its interruption costs T x spot price and makes (T - d)+ hours of
+    spot progress; the job then restarts on on-demand (d hours at its price). Staying on on-demand for the
+    same T + d hours costs (T + d) x its price. The switch's shortfall in work is bought back on on-demand
+    at worst (o per unit), so per unit of spot speed the switch pays off when T s + d o k < (T - d)+ o; on
+    average over T:
+        E[(T - d)+] / E[T] > s / o + d k / E[T].
     With the job's own interrupted runs in the pool (`runs`, boot included) the averages are theirs; with
     none, T is exponential with the pool's interruption rate r: E[(T - d)+] = exp(-r d) / r, and the
-    condition is s + r d o < exp(-r d) o. A pool whose capacity comes and goes in minutes (most of its
+    condition is s + r d o k < exp(-r d) o. A pool whose capacity comes and goes in minutes (most of its
     runs end within d) fails it even at a third of the on-demand price."""
     if runs:
         total = sum(runs)
         if total <= 0:
             return False
         useful = sum(max(0.0, t - overhead_hours) for t in runs)
-        return useful / total > spot_unit / on_demand_unit + overhead_hours * len(runs) / total
+        return useful / total > spot_unit / on_demand_unit + overhead_hours * speed_ratio * len(runs) / total
     x = hourly_rate * overhead_hours
-    return spot_unit + x * on_demand_unit < math.exp(-x) * on_demand_unit
+    return spot_unit + x * on_demand_unit * speed_ratio < math.exp(-x) * on_demand_unit
 
 
 def spot_run_hours(attempts: Iterable[Attempt]) -> dict[str, list[float]]:
-    """Per offering ('type:az'), how long each interrupted spot attempt ran: from its launch to the
-    interruption notice (or its end)."""
+    """Per offering ('type:az'), how long each interrupted spot attempt ran: from its launch (an adopted
+    standby: from the handover) to the interruption notice (or its end)."""
     runs: dict[str, list[float]] = {}
     for a in attempts:
         end = a.interrupted_at or a.ended_at
+        # A standby that took the job over ran for it from the handover (its boot overlapped on-demand work).
+        start = a.running_at if a.handover_from is not None and a.running_at is not None else a.started_at
         if a.pool.market is Market.SPOT and a.outcome is AttemptOutcome.INTERRUPTED and end is not None:
-            runs.setdefault(a.pool.offering, []).append(max(0.0, (end - a.started_at).total_seconds() / 3600))
+            runs.setdefault(a.pool.offering, []).append(max(0.0, (end - start).total_seconds() / 3600))
     return runs
 
 

@@ -727,9 +727,12 @@ def test_a_job_that_finishes_on_demand_ends_its_standby(events_dir: Path) -> Non
     assert world.job().cost_usd > world.attempt().cost(world.clock.now())
 
 
-def on_demand_after_short_spot_runs(world: World, deadline_hours: float, minutes: list[float]) -> Attempt:
-    """The L4 job of `on_demand_job`, whose spot attempts in the cheapest pool were each interrupted after
-    `minutes` (boot included), now running on an on-demand g6.xlarge since the clock's now."""
+def on_demand_after_short_spot_runs(
+    world: World, deadline_hours: float, minutes: list[float], pools: list[Pool] | None = None
+) -> Attempt:
+    """The L4 job of `on_demand_job`, whose spot attempts (in `pools`, in turn; the cheapest pool by
+    default) were each interrupted after `minutes` (boot included), now running on an on-demand g6.xlarge
+    since the clock's now."""
     first = world.running(
         work_hours=2, resources={"gpus": 1, "gpu_models": ["L4"]}, limits={"deadline_hours": deadline_hours}
     )
@@ -741,6 +744,7 @@ def on_demand_after_short_spot_runs(world: World, deadline_hours: float, minutes
             first.model_copy(
                 update={
                     "attempt": number,
+                    "pool": (pools or [CHEAPEST])[(number - 1) % len(pools or [CHEAPEST])],
                     "started_at": started,
                     "running_at": started,
                     "interrupted_at": ended,
@@ -796,17 +800,31 @@ def test_an_on_demand_job_behind_schedule_goes_back_to_spot_when_a_run_there_pay
     assert world.attempt(number=2).pool == CHEAPEST
 
 
-def test_an_on_demand_job_behind_schedule_stays_there_when_its_spot_runs_in_the_pool_were_short() -> None:
-    # Given the job due in 3 h, whose three spot runs in the cheapest pool lasted 6, 4 and 8 minutes (restarts
-    # take 6): the pool loses its capacity within minutes of a start. 0.5 h into its on-demand run it is
-    # behind the line plus two restarts (0.48 h done < 0.67 h) and outside the safety net (0.63 h of slack)
+def test_an_on_demand_job_behind_schedule_stays_there_when_its_spot_runs_were_short() -> None:
+    # Given the job due in 3 h, whose spot runs in each of the three pools lasted 4 to 8 minutes (restarts
+    # take 6): they lose their capacity within minutes of a start. 0.5 h into its on-demand run it is behind
+    # the line plus two restarts and outside the safety net
     world = World()
-    on_demand_after_short_spot_runs(world, deadline_hours=3, minutes=[6, 4, 8])
+    on_demand_after_short_spot_runs(
+        world, deadline_hours=3, minutes=[6, 4, 8, 5, 7, 6], pools=[CHEAPEST, SECOND, THIRD]
+    )
     world.advance(minutes=30)
     launches = len(world.compute.launches)
     # When reconcile runs
     report = world.reconcile()
     # Then the job stays on on-demand: no standby, no handover asked, no launch
     assert (report.standbys, report.migrating, report.move_errors) == ([], [], [])
-    assert world.attempt(number=4).migrate_requested_at is None
+    assert world.attempt(number=7).migrate_requested_at is None
     assert len(world.compute.launches) == launches
+
+
+def test_an_on_demand_job_behind_schedule_moves_only_to_a_pool_where_a_run_pays() -> None:
+    # Given the same job, whose short runs were all in the cheapest pool
+    world = World()
+    on_demand_after_short_spot_runs(world, deadline_hours=3, minutes=[6, 4, 8])
+    world.advance(minutes=30)
+    # When reconcile runs
+    report = world.reconcile()
+    # Then its standby goes to the next pool, where nothing says a run would not pay, not the cheapest
+    assert report.standbys == ["train-1#5"]
+    assert world.attempt(number=5).pool == SECOND

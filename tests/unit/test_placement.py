@@ -903,6 +903,17 @@ def test_a_spot_run_pays_for_the_switch_unless_the_pool_loses_its_capacity_withi
     # (0.317 + x = exp(-x))
     assert placement_module.spot_run_pays_off(**pays, runs=[], hourly_rate=1.5)  # r d = 0.3
     assert not placement_module.spot_run_pays_off(**pays, runs=[], hourly_rate=2.0)  # r d = 0.4
+    # And a restart is billed at the on-demand type's price per hour, not per unit of work: a 1.5 h run on a
+    # T4 (0.52x V100) at $0.16/h does not pay for leaving an L40S (2.9x) at $1.86/h, though it would on a GPU
+    # as fast as the on-demand one
+    t4: dict[str, Any] = {
+        "spot_unit": 0.16 / 0.52,
+        "on_demand_unit": 1.861 / 2.8964,
+        "overhead_hours": 0.2,
+        "runs": [1.5],
+    }
+    assert not placement_module.spot_run_pays_off(**t4, hourly_rate=0.0, speed_ratio=2.8964 / 0.52)
+    assert placement_module.spot_run_pays_off(**t4, hourly_rate=0.0, speed_ratio=1.0)
     # And spot at the on-demand price never pays
     assert not placement_module.spot_run_pays_off(
         spot_unit=3.06, on_demand_unit=3.06, overhead_hours=0.2, runs=[], hourly_rate=0.0
