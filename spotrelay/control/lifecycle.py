@@ -47,6 +47,7 @@ from spotrelay.policy import (
     EndKind,
     Fail,
     InterruptionModel,
+    MarketAction,
     MarketDecision,
     Placement,
     active_blocks,
@@ -241,9 +242,12 @@ def place_wait_seconds(place_waits: int, market: MarketDecision) -> int:
     is due first."""
     backoff: int = min(WAIT_BASE_SECONDS * 2 ** min(place_waits, 16), WAIT_MAX_SECONDS)
     to_net = _seconds_to_safety_net(market)
-    # Wake by the net while it is ahead; once it is due and still nothing can be placed (every pool
-    # blocked, over the budget or the cap), waking sooner would not help: the backoff paces Place.
-    return min(backoff, max(MIN_WAIT_SECONDS, to_net)) if to_net > 0 else backoff
+    # Wake by the net while it is ahead (a job told to wait exactly at it: a second later, when rule 4's
+    # strict comparison fires); once it is due and still nothing can be placed (every pool blocked, over
+    # the budget or the cap), waking sooner would not help: the backoff paces Place.
+    if to_net > 0 or market.action is MarketAction.WAIT:
+        return min(backoff, max(MIN_WAIT_SECONDS, to_net))
+    return backoff
 
 
 def _seconds_to_safety_net(market: MarketDecision) -> int:

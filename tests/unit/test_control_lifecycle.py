@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from control_builders import CHEAPEST, SECOND, THIRD, World, error, make_job
 
-from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled
+from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled, place_wait_seconds
 from spotrelay.control.ports import InstanceRef
 from spotrelay.models import AttemptOutcome, Job, JobState, Market, Pool
-from spotrelay.policy import BlockedPool
+from spotrelay.policy import BlockedPool, MarketAction, MarketDecision
 
 
 def planned_pools(world: World, job_id: str = "train-1") -> list[Pool]:
@@ -648,3 +648,16 @@ def test_finalize_after_a_cancel_keeps_the_job_cancelled(outcome: str) -> None:
     assert job.state is JobState.CANCELLED
     assert job.failure_reason == "JobCancelled: cancelled by the user"
     assert job.cost_usd == pytest.approx(0.35)
+
+
+def test_a_job_told_to_wait_exactly_at_the_safety_net_wakes_a_second_later() -> None:
+    # Given a waiting job (its 5th wait: a 3-minute backoff) whose slack is exactly the net's margin: rule 4
+    # (time left < run + margin) does not fire yet, and one more backoff would sleep past the net
+    at_net = MarketDecision(action=MarketAction.WAIT, reason="no spot", slack_hours=0.1, net_margin_hours=0.1)
+    # When Place decides how long it waits
+    wait = place_wait_seconds(5, at_net)
+    # Then it wakes a second later, when the net fires, not 3 minutes later
+    assert wait == 1
+    # And a job the net already sent to on-demand, with no on-demand pool usable, keeps the backoff
+    due = at_net.model_copy(update={"action": MarketAction.ON_DEMAND})
+    assert place_wait_seconds(5, due) == 180
