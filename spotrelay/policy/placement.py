@@ -345,14 +345,24 @@ def place(
             decision = refined
             for r in spot:
                 if r not in paying:
+                    runs = (spot_runs or {}).get(r.pool.offering, ())
+                    why = (
+                        f"its {len(runs)} interrupted run(s) here averaged {sum(runs) / len(runs) * 60:.0f} min"
+                        if runs
+                        else f"{rates.hourly_rate(r.pool):.2f} interruptions/h expected here"
+                    )
                     rejected.append(
                         Rejection(
                             pool=r.pool,
-                            reason="the job's runs here were too short to pay for leaving on-demand",
+                            reason=f"{why}: a run is too short to pay for leaving on-demand",
                             category="short-runs",
                         )
                     )
             spot = paying
+        else:
+            decision = decision.model_copy(
+                update={"reason": f"{decision.reason}; no spot pool where a run would pay for the switch"}
+            )
     if deadline_lost:
         decision = decision.model_copy(
             update={"reason": f"the deadline can no longer be met: finish as soon as possible; {decision.reason}"}

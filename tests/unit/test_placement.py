@@ -936,6 +936,14 @@ def test_a_job_on_demand_behind_schedule_goes_back_to_spot_unless_its_runs_there
     # And stays on on-demand in the second: those runs end before a restart of 6 min pays off
     assert burnt.market.action is MarketAction.ON_DEMAND
     assert "hysteresis" in burnt.market.reason
+    assert "no spot pool where a run would pay for the switch" in burnt.market.reason
+    # And with a second pool where it never ran, it moves there, and says why not to the first
+    other = quote("p3.2xlarge", ZONE_B, 0.99)
+    mixed = place(spec, [v100, other], **state, spot_runs={v100.pool.offering: [0.1, 0.08, 0.13]})
+    assert ranked_pools(mixed) == [other.pool]
+    category, reason = rejection_of(mixed, v100.pool)
+    assert category == "short-runs"
+    assert "3 interrupted run(s) here averaged 6 min" in reason
 
 
 def test_spot_run_hours_are_the_interrupted_spot_attempts_from_launch_to_notice() -> None:
