@@ -14,11 +14,11 @@ decision point, run on a pool (spot or on-demand) or wait.
   the cheapest available one among the job's zones (one zone in the paper's single-zone setting).
   Like the paper's policy it returns from on-demand to spot (rule 3, hysteresis): while on on-demand
   it is woken at every market change and when its progress crosses the hysteresis line.
-- `skypilot-eager`: SkyPilot's EAGER_NEXT_REGION recovery at zone granularity: the cheapest available
-  spot pool, however dear (it has no on-demand to compare with); on a preemption the lost zone is
-  blocked and the next cheapest taken; if only the blocked
-  zone has capacity it is retried; when no spot pool is available it waits and retries on spot (as
-  SkyPilot's managed spot jobs do). No deadline awareness, no on-demand.
+- `skypilot-eager`: SkyPilot's EAGER_NEXT_REGION recovery at zone granularity: the cheapest available spot
+  pool, however dear (it has no on-demand to compare with); on a preemption the lost zone is blocked and
+  the next cheapest taken; if only the blocked zone has capacity it is retried; when no spot pool is
+  available it waits and retries on spot (as SkyPilot's managed spot jobs do). No deadline awareness, no
+  on-demand.
 - `spotrelay`: what the control plane does (spotrelay.control.lifecycle): `place()` with the job spec, the
   remaining work, the elapsed time, the blocked pools (`decide_recovery` + `active_blocks`, the preferred
   pool of same-pool-first exempt), an `InterruptionModel` sharpened by the interruptions observed during
@@ -79,15 +79,12 @@ def _first(*times: float | None) -> float | None:
     return min(known) if known else None
 
 
-def uniform_progress_wake(
-    ctx: JobContext, st: JobStatus, restart_overhead_hours: float, work_at_risk_hours: float = 0.0
-) -> float | None:
+def uniform_progress_wake(ctx: JobContext, st: JobStatus, restart_overhead_hours: float) -> float | None:
     """When, with nothing changing on the market, Uniform Progress's answer for an idle job can change:
-    the safety net (time left < on-demand run + 2d + the work at risk) or the uniform line (progress <
-    W t / D)."""
+    the safety net (time left < on-demand run + 2d) or the uniform line (progress < W t / D)."""
     job = ctx.job
     od_run = ctx.on_demand_run_hours(st.remaining)
-    margin = market_choice.safety_net_margin_hours(restart_overhead_hours, work_at_risk_hours)
+    margin = market_choice.safety_net_margin_hours(restart_overhead_hours)
     net = None if od_run is None else job.deadline_at - od_run - margin
     line = job.submit_hours + st.work_done * job.deadline_hours / job.work_hours
     # A threshold at or before now (progress exactly on the line) flips as soon as time moves on. One a
@@ -247,7 +244,6 @@ class Spotrelay:
         self.sees_capacity = sees_capacity
         job = ctx.job
         self.overhead = job.spec.placement.restart_overhead_hours  # what place() assumes
-        self.work_at_risk = placement.work_at_risk_hours(job.spec)  # what place()'s safety net keeps
         self.migrate = migrate
         self.blocks: list[BlockedPool] = []
         self.observed: dict[str, tuple[int, float]] = {}
@@ -257,9 +253,7 @@ class Spotrelay:
         self.placement: tuple[PlannedPool, ...] = ()  # the latest non-empty ranking, as Place records it
         self.waiting_since: float | None = None
         self.place_waits = 0  # Place's waits in a row (Job.place_waits)
-        self.interrupted_runs = 0  # spot attempts interrupted so far
-        self._runs: dict[str, list[float]] = {}
-        self._runs_of = 0
+        self._runs: dict[str, list[float]] | None = None  # spot_run_hours(self.attempts), until the next one
         self.failed: str | None = None
         self.types = set(job.instance_types)
         self.zones = sorted(set(job.zones))
@@ -339,9 +333,8 @@ class Spotrelay:
 
     def _spot_runs(self) -> dict[str, list[float]]:
         """`spot_run_hours(self.attempts)`, recomputed only after an interruption added a run."""
-        if self._runs_of != self.interrupted_runs:
+        if self._runs is None:
             self._runs = placement.spot_run_hours(self.attempts)
-            self._runs_of = self.interrupted_runs
         return self._runs
 
     def _stay_on_demand(self, status: JobStatus, pool: Pool | None = None) -> Decision:
@@ -400,7 +393,7 @@ class Spotrelay:
         self.observed[pool.offering] = (seen[0] + 1, seen[1] + ran_hours)
         current = self.attempts[-1]
         self.attempts[-1] = current.model_copy(update={"outcome": AttemptOutcome.INTERRUPTED, "ended_at": now})
-        self.interrupted_runs += 1
+        self._runs = None
         job = Job(
             job_id=self.ctx.job.name,
             spec=self.ctx.job.spec,

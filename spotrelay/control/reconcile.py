@@ -8,17 +8,17 @@
   BudgetExhausted (the state machine finalizes it as FAILED and terminates the instance).
 - An admitted job whose execution has ended (or never started) without reaching a terminal state is
   repaired: an ended execution fails the job with the reason; a missing one is started.
-- A job running on on-demand whose progress is ahead of the uniform line again (Uniform Progress's
-  rule 3), or behind it with a spot pool where a run is expected to pay for the switch (judged from the
-  job's own interrupted runs there: `spotrelay.policy.placement.spot_run_pays_off`), with a feasible spot
-  pool, is moved back to spot, make-before-break: a spot instance is
-  launched first, as a standby attempt with no task token (a refused launch changes nothing for the
-  job: the pool is blocked as at any refusal). Once the standby runs (ec2_events, or here if that event
-  was missed) the on-demand attempt's agent is asked to checkpoint and hand the job back; Launch adopts
-  the standby. A standby that is not running within STANDBY_BOOT_SECONDS, or not adopted within
-  STANDBY_HANDOVER_SECONDS of running, is terminated and closed; the next try for the same attempt
-  waits STANDBY_RETRY_SECONDS, doubling with each failed standby. (Needs the deployment's placement
-  context; the schedule's rate is how soon a job is noticed.)
+- A job running on on-demand whose progress is ahead of the uniform line again (Uniform Progress's rule
+  3), or behind it with a spot pool where a run is expected to pay for the switch (judged from the job's
+  own interrupted runs there: `spotrelay.policy.placement.spot_run_pays_off`), with a feasible spot
+  pool, is moved back to spot, make-before-break: a spot instance is launched first, as a standby
+  attempt with no task token (a refused launch changes nothing for the job: the pool is blocked as at
+  any refusal). Once the standby runs (ec2_events, or here if that event was missed) the on-demand
+  attempt's agent is asked to checkpoint and hand the job back; Launch adopts the standby. A standby
+  that is not running within STANDBY_BOOT_SECONDS, or not adopted within STANDBY_HANDOVER_SECONDS of
+  running, is terminated and closed; the next try for the same attempt waits STANDBY_RETRY_SECONDS,
+  doubling with each failed standby. (Needs the deployment's placement context; the schedule's rate is
+  how soon a job is noticed.)
 """
 
 from __future__ import annotations
@@ -170,9 +170,10 @@ def _back_to_spot(
     context: PlacementContext,
     moves: _Moves,
 ) -> None:
-    """Move a job running on on-demand back to spot when Uniform Progress's rule 3 says so (its progress
-    is ahead of the uniform line by two restarts) and a spot pool is feasible: launch a standby there,
-    ask for the handover once it runs, give it up when it does not run or is not adopted in time."""
+    """Move a job running on on-demand back to spot when the market choice says so (its progress is ahead
+    of the uniform line by two restarts, Uniform Progress's rule 3, or a spot run pays for the switch)
+    and a spot pool is feasible: launch a standby there, ask for the handover once it runs, give it up
+    when it does not run or is not adopted in time."""
     if attempt.pool.market is not Market.ON_DEMAND or attempt.running_at is None:
         return
     ours = [a for a in attempts if a.handover_from == attempt.attempt]

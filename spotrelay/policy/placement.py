@@ -186,7 +186,7 @@ def place(
 
     `spot_runs`: how long (hours, boot included) each of the job's spot attempts ran before it was
     interrupted, per offering ('type:az') — `spot_run_hours(attempts)`. For a job on on-demand behind the
-    uniform line, they decide whether a spot run in the best pool pays for the switch (`spot_run_pays_off`).
+    uniform line, they decide in which pools a spot run pays for the switch (`spot_run_pays_off`).
     """
     overhead = spec.placement.restart_overhead_hours if restart_overhead_hours is None else restart_overhead_hours
     rates = interruptions or InterruptionModel()
@@ -309,20 +309,26 @@ def place(
 
     od_run_hours = _on_demand_run_hours(on_demand_types, od_prices, remaining_work_hours, cap)
     # The on-demand pools the job could be given now (fits, not blocked, within the cap, the deadline and
-    # the budget); their rejections are reported only if the market choice is on-demand.
+    # the budget), when the market choice can pick on-demand at all (it needs a deadline and a work
+    # estimate; without them it chooses between spot and waiting). Their rejections are reported only if
+    # it does pick on-demand.
     on_demand: list[RankedPool] = []
     on_demand_rejected: list[Rejection] = []
-    if spec.limits.on_demand_fallback:
+    if spec.limits.on_demand_fallback and spec.limits.deadline_hours is not None and spec.work_hours is not None:
         for itype in on_demand_types:
             for zone in sorted(all_zones):
                 pool = Pool(instance_type=itype.name, availability_zone=zone, market=Market.ON_DEMAND)
                 candidate = consider(pool, od_prices[itype.name], on_demand_rejected)
                 if candidate is not None:
                     on_demand.append(candidate)
-    # Spot dearer than those is no spot at all, when the market choice can pick on-demand instead (a
-    # deadline and a work estimate; without them it chooses between spot and waiting).
-    if on_demand and spec.limits.deadline_hours is not None and spec.work_hours is not None:
-        spot = _cheaper_than(spot, on_demand, spec.placement.objective, rejected)
+    # The yardstick for spot: the cheapest of them per unit of work. Spot dearer than that is no spot at all.
+    cheapest_on_demand = (
+        min(on_demand, key=lambda r: (unit_cost(r, spec.placement.objective), *_pool_order(r.pool)))
+        if on_demand
+        else None
+    )
+    if cheapest_on_demand is not None:
+        spot = _cheaper_than(spot, cheapest_on_demand, spec.placement.objective, rejected)
     market_inputs: dict[str, Any] = {
         "total_work_hours": spec.work_hours,
         "work_done_hours": work_done_hours,
@@ -337,9 +343,9 @@ def place(
         "work_at_risk_hours": work_at_risk_hours(spec),
     }
     decision = uniform_progress(**market_inputs)
-    if current_market is Market.ON_DEMAND and decision.action is MarketAction.ON_DEMAND and spot and on_demand:
+    if current_market is Market.ON_DEMAND and decision.action is MarketAction.ON_DEMAND and spot and cheapest_on_demand:
         # Rule 3, refined: behind the line, back to spot only in the pools where a run pays for the switch.
-        paying = _spot_runs_paying_off(spot, on_demand, spec, rates, overhead, spot_runs or {})
+        paying = _spot_runs_paying_off(spot, cheapest_on_demand, spec, rates, overhead, spot_runs or {})
         refined = uniform_progress(**market_inputs, spot_run_pays_off=bool(paying))
         if refined.action is MarketAction.SPOT:
             decision = refined
@@ -426,13 +432,12 @@ def unit_cost(r: RankedPool, objective: Objective = Objective.COST_TO_FINISH) ->
 
 
 def _cheaper_than(
-    spot: list[RankedPool], on_demand: list[RankedPool], objective: Objective, rejected: list[Rejection]
+    spot: list[RankedPool], best: RankedPool, objective: Objective, rejected: list[Rejection]
 ) -> list[RankedPool]:
-    """The spot pools that cost less per unit of work than the cheapest usable on-demand pool; the others
-    are rejected. Spot is worth its interruptions only when it is cheaper: a 1-GPU job offered only an
-    8-GPU spot instance ($7-8/h for p3.16xlarge) runs on a 1-GPU on-demand one ($3.06/h for p3.2xlarge),
+    """The spot pools that cost less per unit of work than `best`, the cheapest usable on-demand pool; the
+    others are rejected. Spot is worth its interruptions only when it is cheaper: a 1-GPU job offered only
+    an 8-GPU spot instance ($7-8/h for p3.16xlarge) runs on a 1-GPU on-demand one ($3.06/h for p3.2xlarge),
     or waits for cheaper spot while it is ahead of schedule."""
-    best = min(on_demand, key=lambda r: (unit_cost(r, objective), *_pool_order(r.pool)))
     yardstick = unit_cost(best, objective)
     kept = []
     for r in spot:
@@ -455,14 +460,14 @@ def _cheaper_than(
 
 def _spot_runs_paying_off(
     spot: list[RankedPool],
-    on_demand: list[RankedPool],
+    yardstick: RankedPool,
     spec: JobSpec,
     rates: InterruptionModel,
     overhead: float,
     spot_runs: Mapping[str, Sequence[float]],
 ) -> list[RankedPool]:
-    """The spot pools where a run is expected to pay for leaving the cheapest usable on-demand pool."""
-    yardstick = min(on_demand, key=lambda r: (unit_cost(r, spec.placement.objective), *_pool_order(r.pool)))
+    """The spot pools where a run is expected to pay for leaving `yardstick`, the cheapest usable on-demand
+    pool."""
     on_demand_unit = unit_cost(yardstick, spec.placement.objective)
     # a job that does not save at the notice also loses half a checkpoint interval on average
     overhead_hours = overhead + work_at_risk_hours(spec) / 2
