@@ -30,7 +30,8 @@ decision point, run on a pool (spot or on-demand) or wait.
   `SCHEDULE_MINUTES`), and moved back to spot when the market choice says so (rule 3, with spotrelay's
   refinement: `spotrelay.policy.market_choice`) and the spot pool has capacity (production launches the
   spot instance first: a refused launch leaves the job on on-demand). Place uses rule 1
-  (`place(migrates=True)`): an idle job behind schedule with no spot catches up on on-demand. The restart
+  (`place(migrates=True)`): an idle job behind schedule with no spot catches up on on-demand once it is
+  behind by more than rule 1's band (at once when its `max_wait_hours` are spent waiting). The restart
   overhead `place()` assumes is the spec's (`placement.restart_overhead_minutes`), which the workloads set
   to the job's real d; a periodic-only job's spec gives no grace to save at the notice, so `place()`'s net
   keeps its checkpoint interval too. On a preemption, the job's recovery strategy decides (block the pool,
@@ -54,7 +55,7 @@ from datetime import datetime, timedelta
 
 from spotrelay.bench.sim import WAKE_EPSILON_HOURS, Decision, JobContext, JobPolicy, JobStatus
 from spotrelay.config import SCHEDULE_MINUTES
-from spotrelay.control.lifecycle import PLAN_DEPTH, REFUSED_POOL_BLOCK_MINUTES, place_wait_seconds
+from spotrelay.control.lifecycle import PLAN_DEPTH, REFUSED_POOL_BLOCK_MINUTES, patience_spent, place_wait_seconds
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, Pool
 from spotrelay.policy import (
     AttemptEnded,
@@ -297,6 +298,7 @@ class Spotrelay:
                 current_market=Market.ON_DEMAND if on_demand else None,
                 migrates=self.migrate,  # as Place: with migration, rule 1 (catch up on on-demand)
                 spot_runs=self._spot_runs() if on_demand else None,  # as reconcile
+                catch_up_band=not self._patience_spent(t),  # as Place
             )
             plan = list(ranking.ranked[:PLAN_DEPTH])
             if on_demand and (ranking.market.action is not MarketAction.SPOT or not plan):
@@ -330,6 +332,10 @@ class Spotrelay:
                     return self._stay_on_demand(status, pool)
                 return Decision(pool=pool)
         return self._stay_on_demand(status) if on_demand else self._wait(status, ranking.market)
+
+    def _patience_spent(self, t: float) -> bool:
+        since = None if self.waiting_since is None else self._now(self.waiting_since)
+        return patience_spent(since, self.ctx.job.spec.limits.max_wait_hours, self._now(t))
 
     def _spot_runs(self) -> dict[str, list[float]]:
         """`spot_run_hours(self.attempts)`, recomputed only after an interruption added a run."""

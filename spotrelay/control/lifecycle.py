@@ -131,8 +131,19 @@ def place_step(
             return _plan_standby(store, job_id, standby, work_done, now)
     # `migrates`: reconcile moves a job running on on-demand back to spot once it is ahead of the uniform
     # line again (Uniform Progress's rule 3), so an idle job behind schedule with no spot catches up on
-    # on-demand (rule 1), as in the paper. The Wait below is capped at the time the net is due.
-    decision = placement_now(job, work_done, store=store, compute=compute, now=now, context=context, migrates=True)
+    # on-demand (rule 1) once it is behind by more than rule 1's band (spotrelay.policy.market_choice). The
+    # Wait below is capped at the time the net is due. A job whose patience (`max_wait_hours`) ran out while
+    # it waited within the band catches up on on-demand at once rather than failing with NoCapacity.
+    decision = placement_now(
+        job,
+        work_done,
+        store=store,
+        compute=compute,
+        now=now,
+        context=context,
+        migrates=True,
+        catch_up_band=not patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
+    )
     ranked = list(decision.ranked[:PLAN_DEPTH])
 
     def change(fresh: Job) -> StepResult:
@@ -206,11 +217,13 @@ def placement_now(
     migrates: bool = False,
     billing_usd: float = 0.0,
     spot_runs: Mapping[str, Sequence[float]] | None = None,
+    catch_up_band: bool = True,
 ) -> Placement:
     """`place()` for the job with what the deployment knows now: the spot prices of the allowed types in
     the zones with a subnet, the pools' blocks and interruption record, the budget left.
     `current_market`: the market of the instance the job runs on (None: idle); `billing_usd`: what its
-    open attempts have cost so far (not in `job.cost_usd` until they are closed); `spot_runs`: see `place()`."""
+    open attempts have cost so far (not in `job.cost_usd` until they are closed); `spot_runs`, `catch_up_band`:
+    see `place()`."""
     types = [t.name for t in job.spec.resources.fitting_types() if family_of(t.name) in context.allowed_families]
     zones = sorted(context.subnets)
     quotes = compute.spot_prices(types, zones, now) if types else []
@@ -233,7 +246,14 @@ def placement_now(
         current_market=current_market,
         migrates=migrates,
         spot_runs=spot_runs,
+        catch_up_band=catch_up_band,
     )
+
+
+def patience_spent(waiting_since: datetime | None, max_wait_hours: float, now: datetime) -> bool:
+    """Whether a job waiting since `waiting_since` (None: not waiting) has waited `max_wait_hours` (its
+    `limits.max_wait_hours`), after which Place fails it with NoCapacity if nothing can be launched."""
+    return waiting_since is not None and (now - waiting_since).total_seconds() / 3600 >= max_wait_hours
 
 
 def place_wait_seconds(place_waits: int, market: MarketDecision) -> int:

@@ -30,7 +30,7 @@ from spotrelay.catalog import INSTANCE_TYPES, REFERENCE_GPU, InstanceType, relat
 from spotrelay.models import Attempt, AttemptOutcome, JobSpec, Market, Objective, Pool, PriceQuote
 from spotrelay.models.job_spec import DEFAULT_RESTART_OVERHEAD_MINUTES
 from spotrelay.policy.interruptions import InterruptionModel
-from spotrelay.policy.market_choice import MarketAction, MarketDecision, uniform_progress
+from spotrelay.policy.market_choice import CATCH_UP_BAND_SHARE, MarketAction, MarketDecision, uniform_progress
 
 # The job spec's default restart overhead (`placement.restart_overhead_minutes`), in hours.
 DEFAULT_RESTART_OVERHEAD_HOURS = DEFAULT_RESTART_OVERHEAD_MINUTES / 60
@@ -168,6 +168,7 @@ def place(
     restart_overhead_hours: float | None = None,
     migrates: bool = False,
     spot_runs: Mapping[str, Sequence[float]] | None = None,
+    catch_up_band: bool = True,
 ) -> Placement:
     """Rank the pools for `spec` given the current `quotes`.
 
@@ -180,8 +181,9 @@ def place(
     `placement.restart_overhead_minutes`. `current_market` is the market of the job's running instance
     (None: idle). `migrates`: the caller re-places a job while it runs on on-demand and moves it back to
     spot when the market choice says so; only then does an idle job behind schedule with no spot go
-    on-demand to catch up (Uniform Progress's rule 1, see `spotrelay.policy.market_choice`); otherwise it
-    waits for spot until the safety net. A caller that passes `current_market=on-demand` is re-placing
+    on-demand to catch up (Uniform Progress's rule 1, see `spotrelay.policy.market_choice`), once it is
+    behind by more than rule 1's band (`catch_up_band`; False: at any deficit, as in the paper); otherwise
+    it waits for spot until the safety net. A caller that passes `current_market=on-demand` is re-placing
     an on-demand job, so it migrates by definition.
 
     `spot_runs`: how long (hours, boot included) each of the job's spot attempts ran before it was
@@ -341,6 +343,7 @@ def place(
         "current": current_market,
         "returns_to_spot": migrates or current_market is Market.ON_DEMAND,
         "work_at_risk_hours": work_at_risk_hours(spec),
+        "catch_up_band_share": CATCH_UP_BAND_SHARE if catch_up_band else 0.0,
     }
     decision = uniform_progress(**market_inputs)
     if current_market is Market.ON_DEMAND and decision.action is MarketAction.ON_DEMAND and spot and cheapest_on_demand:

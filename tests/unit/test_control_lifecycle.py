@@ -661,3 +661,28 @@ def test_a_job_told_to_wait_exactly_at_the_safety_net_wakes_a_second_later() -> 
     # And a job the net already sent to on-demand, with no on-demand pool usable, keeps the backoff
     due = at_net.model_copy(update={"action": MarketAction.ON_DEMAND})
     assert place_wait_seconds(5, due) == 180
+
+
+def test_a_job_waiting_within_rule_1s_band_catches_up_on_demand_when_its_patience_runs_out() -> None:
+    # Given a 2 h L4 job due in 100 h with one hour of patience, and no spot anywhere: behind the uniform line
+    # from its first minute, but within rule 1's band (about 96 h: the job has slack to wait for spot)
+    world = World()
+    world.compute.prices.clear()
+    world.admitted(
+        work_hours=2,
+        resources={"gpus": 1, "gpu_models": ["L4"]},
+        limits={"deadline_hours": 100, "max_wait_hours": 1},
+    )
+    world.place()
+    # When Place runs a minute before the hour is up, and again at the hour
+    world.advance(minutes=59)
+    before = world.place()
+    world.advance(minutes=1)
+    after = world.place()
+    # Then it waits for spot within the band at first, then catches up on on-demand instead of failing with
+    # NoCapacity: on-demand could run it all along, so the wait was a choice, not a lack of capacity
+    assert before.action == "wait"
+    assert before.cause is not None
+    assert "band" in before.cause
+    assert after.action == "launch"
+    assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from spotrelay.models import Market
 from spotrelay.policy import MarketAction, MarketDecision, uniform_progress
+from spotrelay.policy.market_choice import CATCH_UP_BAND_SHARE, catch_up_band_hours
 
 
 def decide(**overrides: Any) -> MarketDecision:
@@ -98,6 +99,61 @@ def test_an_idle_job_behind_the_uniform_line_with_no_spot_goes_on_demand() -> No
     # Then it catches up on on-demand
     assert decision.action is MarketAction.ON_DEMAND
     assert "behind schedule" in decision.reason
+
+
+def test_with_a_band_an_idle_job_a_little_behind_the_line_waits_for_spot() -> None:
+    # Given 4 h done at t = 10 h of a 10 h job due at 20 h: 2 h of time behind the line; rule 1's band is
+    # (1 - u) x S = 0.5 x (0.6 x 10 h) = 3 h
+    # When no spot pool is available
+    decision = decide(work_done_hours=4.0, elapsed_hours=10.0, spot_available=False, catch_up_band_share=1.0)
+    # Then it waits for spot instead of paying for an on-demand start, and says so
+    assert decision.action is MarketAction.WAIT
+    assert decision.within_band
+    assert "by 2.00 h, within the 3.00 h band" in decision.reason
+
+
+def test_with_a_band_an_idle_job_further_behind_than_the_band_catches_up_on_on_demand() -> None:
+    # Given 3 h done at t = 10 h: 4 h of time behind the line, beyond the band (0.5 x 0.7 x 10 h = 3.5 h)
+    # When no spot pool is available
+    decision = decide(work_done_hours=3.0, elapsed_hours=10.0, spot_available=False, catch_up_band_share=1.0)
+    # Then rule 1 fires, and says the band was crossed
+    assert decision.action is MarketAction.ON_DEMAND
+    assert not decision.within_band
+    assert "4.00 h behind the line, beyond the 3.50 h band" in decision.reason
+
+
+def test_without_a_band_rule_1_fires_at_any_deficit() -> None:
+    # Given a job 0.1 h of work behind the line, with the paper's rule 1 (no band, the default)
+    decision = decide(work_done_hours=4.9, elapsed_hours=10.0, spot_available=False)
+    # Then it goes on-demand at once
+    assert decision.action is MarketAction.ON_DEMAND
+
+
+@pytest.mark.parametrize(
+    ("work", "deadline", "speed", "band"),
+    [
+        (48.0, 52.0, 1.0, (4 / 52) * (46 / 48) * 4),  # Can't Be Late, tight: 18 minutes
+        (48.0, 70.0, 1.0, (22 / 70) * (46 / 48) * 22),  # Can't Be Late, loose: 6.6 h
+        (10.0, 20.0, 0.8, (1 - 10 / 16) * (8 / 10) * (20 - 10 / 0.8)),  # a slower on-demand GPU narrows it
+        (10.0, 10.0, 1.0, 0.0),  # no slack, no band
+        (10.0, 5.0, 1.0, 0.0),  # a deadline the work cannot meet: no band
+    ],
+)
+def test_the_band_is_the_share_of_an_on_demand_hour_that_gains_on_the_line_times_the_slack_on_the_line(
+    work: float, deadline: float, speed: float, band: float
+) -> None:
+    # Given a job with 2 h done and its on-demand run time at `speed`
+    run = (work - 2.0) / speed
+    # Then the band is c x (1 - u) x S, u = W / (k D), S = (1 - cp / W) x (D - W / k), with c = 1
+    assert catch_up_band_hours(work, deadline, run, 2.0, CATCH_UP_BAND_SHARE) == pytest.approx(band)
+    assert catch_up_band_hours(work, deadline, run, 2.0, 0.0) == 0.0
+
+
+def test_the_band_shrinks_with_the_slack_as_the_work_gets_done() -> None:
+    # Given 10 h of work due at 20 h on a reference-speed on-demand GPU
+    bands = [catch_up_band_hours(10.0, 20.0, 10.0 - done, done, 1.0) for done in (0.0, 5.0, 9.0, 10.0)]
+    # Then the band is half the slack on the line: 5 h at the start, 2.5 h half-way, 0.5 h near the end, 0 done
+    assert bands == pytest.approx([5.0, 2.5, 0.5, 0.0])
 
 
 def test_without_a_return_to_spot_an_idle_job_behind_the_uniform_line_with_no_spot_waits() -> None:
@@ -222,7 +278,12 @@ TICK_HOURS = 0.1
 
 
 def _run_to_completion(
-    work_ticks: int, deadline_ticks: int, overhead_ticks: int, spot_up: list[bool], returns_to_spot: bool = True
+    work_ticks: int,
+    deadline_ticks: int,
+    overhead_ticks: int,
+    spot_up: list[bool],
+    returns_to_spot: bool = True,
+    band_share: float = 0.0,
 ) -> tuple[int, list[str]]:
     """Follow `uniform_progress` tick by tick (0.1 h) and return the tick at which the work is done.
 
@@ -257,6 +318,7 @@ def _run_to_completion(
             on_demand_allowed=True,
             current=current,
             returns_to_spot=returns_to_spot,
+            catch_up_band_share=band_share,
         )
         if decision.reason.startswith("safety net") and current is None:
             # The premise of the guarantee: when the net fires, on-demand can still make it.
@@ -293,16 +355,24 @@ spot_availability = st.lists(st.tuples(st.booleans(), st.integers(1, 12)), max_s
     extra_slack_ticks=st.integers(0, 3) | st.integers(0, 40),
     spot_up=spot_availability,
     returns_to_spot=st.booleans(),
+    band_share=st.sampled_from([0.0, CATCH_UP_BAND_SHARE, 1.0]),
 )
 def test_following_uniform_progress_never_misses_a_reachable_deadline(
-    work_ticks: int, overhead_ticks: int, extra_slack_ticks: int, spot_up: list[bool], returns_to_spot: bool
+    work_ticks: int,
+    overhead_ticks: int,
+    extra_slack_ticks: int,
+    spot_up: list[bool],
+    returns_to_spot: bool,
+    band_share: float,
 ) -> None:
     # Given a job whose deadline leaves at least two restart overheads of slack over an on-demand run,
     # and any pattern of spot availability (down for good once the pattern ends), whether or not the
-    # caller moves a job on on-demand back to spot
+    # caller moves a job on on-demand back to spot, with or without rule 1's band
     deadline_ticks = work_ticks + 2 * overhead_ticks + extra_slack_ticks
     # When the job follows the market decisions tick by tick
-    finished_at, trace = _run_to_completion(work_ticks, deadline_ticks, overhead_ticks, spot_up, returns_to_spot)
+    finished_at, trace = _run_to_completion(
+        work_ticks, deadline_ticks, overhead_ticks, spot_up, returns_to_spot, band_share
+    )
     # Then it finishes by the deadline
     assert finished_at <= deadline_ticks, trace
     if not returns_to_spot:
@@ -398,3 +468,68 @@ def test_a_decision_says_how_long_until_its_safety_net_is_due(work_at_risk: floa
 
 def test_without_a_deadline_no_safety_net_is_due() -> None:
     assert decide(deadline_hours=None).hours_to_safety_net is None
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    work=st.floats(0.1, 200),
+    deadline=st.floats(0.1, 200),
+    speed=st.floats(0.25, 4),
+    done_share=st.floats(0, 1),
+    time_share=st.floats(0, 1.2),
+    overhead=st.floats(0.01, 1),
+    share=st.sampled_from([0.25, CATCH_UP_BAND_SHARE, 3.0]),
+    spot_available=st.booleans(),
+    current=st.sampled_from([None, Market.SPOT, Market.ON_DEMAND]),
+    returns_to_spot=st.booleans(),
+)
+def test_the_band_only_turns_rule_1_into_a_wait_and_only_within_the_band(
+    work: float,
+    deadline: float,
+    speed: float,
+    done_share: float,
+    time_share: float,
+    overhead: float,
+    share: float,
+    spot_available: bool,
+    current: Market | None,
+    returns_to_spot: bool,
+) -> None:
+    # Given any job state, decided with the paper's rules and with rule 1's band
+    done, elapsed = work * done_share, deadline * time_share
+    run = (work - done) / speed
+    arguments: dict[str, Any] = {
+        "total_work_hours": work,
+        "work_done_hours": done,
+        "deadline_hours": deadline,
+        "elapsed_hours": elapsed,
+        "on_demand_run_hours": run,
+        "restart_overhead_hours": overhead,
+        "spot_available": spot_available,
+        "on_demand_allowed": True,
+        "current": current,
+        "returns_to_spot": returns_to_spot,
+    }
+    paper = uniform_progress(**arguments)
+    banded = uniform_progress(**arguments, catch_up_band_share=share)
+    band = catch_up_band_hours(work, deadline, run, done, share)
+    behind = elapsed - done * deadline / work  # hours of time behind the uniform line
+    if paper.action is banded.action:
+        # Then where they agree, rule 1 fires only beyond the band
+        if paper.action is MarketAction.ON_DEMAND and paper.reason.startswith("no spot and behind"):
+            assert behind > band
+        assert not banded.within_band
+        return
+    # and they differ only for an idle job with no spot behind the line within the band, which the band
+    # keeps waiting instead of starting on-demand, before the safety net is due
+    assert current is None
+    assert not spot_available
+    assert returns_to_spot
+    assert paper.action is MarketAction.ON_DEMAND
+    assert paper.reason.startswith("no spot and behind")
+    assert banded.action is MarketAction.WAIT
+    assert banded.within_band
+    assert 0 < behind <= band
+    hours_to_net = banded.hours_to_safety_net
+    assert hours_to_net is not None
+    assert hours_to_net > 0

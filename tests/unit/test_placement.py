@@ -386,11 +386,11 @@ def test_with_the_deadline_nearly_spent_only_on_demand_pools_are_ranked_at_catal
 
 
 def behind_with_no_spot(**kwargs: Any) -> Placement:
-    """10 h of work due at 20 h, 4 h done at 10 h (the uniform line is at 5 h), far from the safety net;
-    the only spot pool is blocked."""
+    """10 h of work due at 20 h, 3 h done at 10 h (the uniform line is at 5 h: 4 h of time behind it, beyond
+    rule 1's 3.27 h band on an L4), far from the safety net; the only spot pool is blocked."""
     spec = job_spec(work_hours=10, limits={"deadline_hours": 20}, resources={"gpus": 1, "gpu_models": ["L4"]})
     quotes = [quote("g6.xlarge", ZONE_A, 0.30)]
-    return place(spec, quotes, work_done_hours=4, elapsed_hours=10, blocked=[spot_pool("g6.xlarge", ZONE_A)], **kwargs)
+    return place(spec, quotes, work_done_hours=3, elapsed_hours=10, blocked=[spot_pool("g6.xlarge", ZONE_A)], **kwargs)
 
 
 def test_an_idle_job_behind_schedule_with_no_spot_waits_when_the_caller_does_not_migrate() -> None:
@@ -413,6 +413,20 @@ def test_an_idle_job_behind_schedule_with_no_spot_catches_up_on_demand_when_the_
     assert placement.ranked
     assert {r.pool.market for r in placement.ranked} == {Market.ON_DEMAND}
     assert {r.pool.availability_zone for r in placement.ranked} == {ZONE_A}
+
+
+def test_an_idle_job_a_little_behind_schedule_with_no_spot_waits_within_rule_1s_band() -> None:
+    # Given the same job 1 h of time behind the line instead of 4 (4.5 h done at 10 h; rule 1's band is 2.57 h
+    # on an L4 on-demand instance)
+    spec = job_spec(work_hours=10, limits={"deadline_hours": 20}, resources={"gpus": 1, "gpu_models": ["L4"]})
+    quotes = [quote("g6.xlarge", ZONE_A, 0.30)]
+    blocked = [spot_pool("g6.xlarge", ZONE_A)]
+    # When placed by a caller that migrates
+    placement = place(spec, quotes, work_done_hours=4.5, elapsed_hours=10, blocked=blocked, migrates=True)
+    # Then it waits for spot: no on-demand start for a deficit within the band
+    assert placement.market.action is MarketAction.WAIT
+    assert "band" in placement.market.reason
+    assert placement.ranked == ()
 
 
 @pytest.mark.parametrize(
@@ -833,9 +847,10 @@ def test_a_spot_pool_dearer_than_on_demand_is_rejected_and_the_job_goes_on_deman
     # the same speed there), while a 1-GPU p3.2xlarge costs $3.06/h on-demand
     spec = job_spec(work_hours=6, resources={"gpus": 1, "gpu_models": ["V100"]}, limits={"deadline_hours": 12})
     big = quote("p3.16xlarge", ZONE_A, 7.955)
-    # When it is placed at submission (on the uniform line) and again an hour later with no progress
+    # When it is placed at submission (on the uniform line) and again 3.5 h later with no progress (beyond rule
+    # 1's band: (1 - 6/12) x 6 h of slack = 3 h)
     at_start = place(spec, [big], migrates=True)
-    behind = place(spec, [big], elapsed_hours=1, migrates=True)
+    behind = place(spec, [big], elapsed_hours=3.5, migrates=True)
     # Then the 8-GPU spot pool is never ranked, and says why
     for placement in (at_start, behind):
         assert all(r.pool.market is Market.ON_DEMAND for r in placement.ranked)
