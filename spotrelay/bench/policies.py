@@ -55,7 +55,7 @@ from datetime import datetime, timedelta
 
 from spotrelay.bench.sim import WAKE_EPSILON_HOURS, Decision, JobContext, JobPolicy, JobStatus
 from spotrelay.config import SCHEDULE_MINUTES
-from spotrelay.control.lifecycle import PLAN_DEPTH, REFUSED_POOL_BLOCK_MINUTES, patience_spent, place_wait_seconds
+from spotrelay.control.lifecycle import PLAN_DEPTH, REFUSED_POOL_BLOCK_MINUTES, place_wait_seconds
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, Pool
 from spotrelay.policy import (
     AttemptEnded,
@@ -305,7 +305,6 @@ class Spotrelay:
                 return self._stay_on_demand(status)
             if not plan:
                 return self._wait(status, ranking.market)
-            self.waiting_since = None
             self.place_waits = 0
             if self.preferred is not None:
                 plan.sort(key=lambda r: r.pool != self.preferred)
@@ -334,8 +333,8 @@ class Spotrelay:
         return self._stay_on_demand(status) if on_demand else self._wait(status, ranking.market)
 
     def _patience_spent(self, t: float) -> bool:
-        since = None if self.waiting_since is None else self._now(self.waiting_since)
-        return patience_spent(since, self.ctx.job.spec.limits.max_wait_hours, self._now(t))
+        """`lifecycle.patience_spent`, in the replay's hours (the same test as `_wait`'s give-up)."""
+        return self.waiting_since is not None and t >= self.waiting_since + self.ctx.job.spec.limits.max_wait_hours
 
     def _spot_runs(self) -> dict[str, list[float]]:
         """`spot_run_hours(self.attempts)`, recomputed only after an interruption added a run."""
@@ -375,6 +374,7 @@ class Spotrelay:
 
     def _launched(self, status: JobStatus, pool: Pool, price: float, speed: float, now: datetime) -> None:
         self.preferred = None
+        self.waiting_since = None  # as Launch: the wait ends with a launch, not with a plan
         if self.attempts and self.attempts[-1].outcome is None:  # a migration ends the on-demand attempt
             self.attempts[-1] = self.attempts[-1].model_copy(
                 update={"outcome": AttemptOutcome.CANCELLED, "ended_at": now}

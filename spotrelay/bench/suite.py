@@ -220,7 +220,7 @@ def gap_analysis(runs: Sequence[WorkloadRun]) -> list[str]:
     lines += [
         "| workload | spotrelay late | spotrelay cost / greedy | spotrelay on-demand share of billed hours "
         "| uniform-progress on-demand share | spotrelay cost / uniform-progress | spotrelay-sees-capacity cost / "
-        "uniform-progress | best online policy meeting every deadline, vs omniscient |",
+        "uniform-progress | best other online policy meeting every deadline, vs omniscient |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
@@ -238,13 +238,15 @@ def gap_analysis(runs: Sequence[WorkloadRun]) -> list[str]:
         "the switch (`spotrelay.policy.placement.spot_run_pays_off`: a run of T hours costs T x spot and makes "
         "(T - d)+ of progress, the shortfall bought back on on-demand at worst; T from the job's own interrupted "
         "runs in that pool, else from the pool's interruption rate). The paper keeps such a job on on-demand until "
-        "it has caught up, which on a 52 h deadline for 48 h of work takes 13 h per hour behind. Rule 1: an idle "
+        "it has caught up, which on a 52 h deadline for 48 h of work takes 13 h of on-demand per hour of work "
+        "behind. Rule 1: an idle "
         "job with no spot catches up on on-demand only once it is behind the line by more than a band, (1 - u) x S "
         "hours (u = W / (k D), S the slack it would have on the line); within it, it waits for spot. The paper's "
         "rule fires at any deficit, so a job a minute behind after a spot start lost in its overhead pays an "
         "on-demand start and the hysteresis keeps it there, though the fleet's p3.16xlarge pools are back within "
-        "minutes. The band costs the tight Can't Be Late jobs (D = 52 h, a band of minutes) a little and saves "
-        "more on the loose ones and on fleet; the net is untouched, so the deadline guarantee is the paper's. "
+        "minutes. The band costs the tight single-zone Can't Be Late jobs (D = 52 h, a band of minutes) a little "
+        "and saves more on the loose ones and on fleet (multi-zone: about even); the net is untouched, so the "
+        "deadline guarantee is the paper's. "
         "Rule 1 (catching up at all) pays off only with rule 3, which reconcile provides: every 5 minutes it "
         "re-places jobs running on on-demand and moves them back make-before-break (the spot instance first, "
         "then the handover through a checkpoint), so a pool without capacity never costs the job a restart. "

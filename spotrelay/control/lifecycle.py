@@ -162,7 +162,8 @@ def place_step(
                 plan.sort(key=lambda p: p.pool != preferred)
             fresh.placement = tuple(plan)
             fresh.place_waits = 0
-            fresh.waiting_since = None
+            # `waiting_since` stays: the wait ends when an instance is launched (`_count_attempt`), not when a
+            # plan is made, or a job whose every launch is refused would never run out of patience.
             fresh.state = ensure_transition(fresh.state, JobState.LAUNCHING)
             return StepResult(action="launch")
         waiting_since = fresh.waiting_since or now
@@ -445,6 +446,7 @@ def _count_attempt(number: int, now: datetime, *, running: bool = False) -> Call
         if job.attempts < number:
             job.attempts = number
             job.preferred_pool = None
+            job.waiting_since = None  # launched: the job no longer waits
             job.updated_at = now
         if running and job.attempts == number and job.state is JobState.LAUNCHING:
             job.state = ensure_transition(job.state, JobState.RUNNING)

@@ -129,7 +129,9 @@ class Job(BaseModel):
     failure_reason: str | None = None
     placement: tuple[PlannedPool, ...] = Field(default=(), description="the latest ranking, best first")
     place_waits: int = Field(default=0, ge=0, description="placements in a row that found no pool")
-    waiting_since: AwareDatetime | None = Field(default=None, description="first of those placements")
+    waiting_since: AwareDatetime | None = Field(
+        default=None, description="the first placement that found no pool since the job's last launch"
+    )
     preferred_pool: Pool | None = Field(default=None, description="recovery asks to try this pool first")
     last_recovered_attempt: int = Field(default=0, ge=0, description="recovery applied up to this attempt")
     last_recovery: dict[str, Any] | None = Field(default=None, description="what that recovery decided")

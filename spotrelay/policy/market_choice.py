@@ -17,9 +17,10 @@ to spot when the caller expects a spot run there to pay for the switch (`spot_ru
 `spotrelay.policy.placement.spot_run_pays_off` from the job's own interrupted runs in the pool, or the
 pool's interruption rate: a run of T hours costs T x spot, makes (T - d)+ of progress, and the shortfall is
 bought back on on-demand at worst). The paper's rule keeps it on on-demand until it has caught up, which
-takes (elapsed behind) / (1 - W/D) hours: 13 h per hour behind for 48 h of work due in 52 h, on-demand all
-along while spot may be there. The safety net (rule 4) still comes first, so the deadline guarantee is the
-paper's. On the Can't Be Late traces this costs 2% less per job than the paper's rule (`make bench`).
+takes (work behind) / (1 - W/D) hours: 13 h of on-demand per hour of work behind for 48 h of work due in
+52 h, on-demand all along while spot may be there. The safety net (rule 4) still comes first, so the
+deadline guarantee is the paper's. On the Can't Be Late traces this costs 2% less per job than the paper's
+rule (`make bench`).
 
 Rule 1, with a band (spotrelay's, not the paper's): an idle job with no spot catches up on on-demand only
 once it is behind the uniform line by more than a band of time, b = c x (1 - u) x S, and waits for spot
@@ -27,15 +28,16 @@ within it, as a job ahead of the line does. u = W / (k D) is the share of the de
 on-demand (k its speed); S = (1 - cp / W) x (D - W / k) is the slack the job would have on the line at its
 progress (every hour behind the line costs an hour of it); c = `CATCH_UP_BAND_SHARE` = 1. (1 - u) is the
 share of an on-demand hour that gains on the line: a job with a tight deadline (u near 1: catching up an
-hour behind takes u / (1 - u) hours of on-demand) gets a band of minutes, one with room to spare may spend
+hour of time behind takes u / (1 - u) hours of on-demand) gets a band of minutes, one with room to spare may spend
 part of it waiting for spot, and the band shrinks with the slack as the work gets done, so the safety net
 (at slack 2d) is reached only after the band is crossed, except in the job's last stretch. The paper's rule
 fires at any deficit: a job a minute behind, after a spot start lost in its overhead, pays an on-demand
 start and stays on on-demand until it is two restarts ahead (rule 3), though spot is back minutes later
 (the fleet's p3.16xlarge pools). The safety net is untouched, so the deadline guarantee is the paper's.
 Measured (`make bench`, $/job, c = 0 / 0.75 / 1 / 1.5): fleet 76.62 / 74.82 / 74.46 / 74.25, Can't Be Late
-multi-zone 47.94 / 47.97 / 47.96 / 48.15, single-zone 83.64 / - / 83.25 / -: c = 1 needs no tuning and
-is within 0.3% of the best of these everywhere.
+multi-zone 47.94 / 47.97 / 47.96 / 48.15, single-zone 83.64 / 83.37 / 83.25 / 83.27. c = 1 (the band's
+natural scale, no constant of its own) is the best of these single-zone and within 0.3% of the best on
+the other two.
 
 Rule 1 pays off only together with rule 3: on-demand is worth its price to catch up for a while, and the
 job goes back to spot once it is ahead again. A caller that cannot move a running job from on-demand back
@@ -204,18 +206,18 @@ def uniform_progress(
             slack_hours=slack,
             net_margin_hours=margin,
         )
-    band = catch_up_band_hours(total_work_hours, deadline_hours, on_demand_run_hours, progress, catch_up_band_share)
-    behind_hours = elapsed_hours - progress * deadline_hours / total_work_hours  # of time, behind the line
-    if progress < expected and behind_hours > band:
-        # Rule 1: behind the uniform line while idle (by more than the band).
-        beyond = f", {behind_hours:.2f} h behind the line, beyond the {band:.2f} h band" if band > 0 else ""
-        return MarketDecision(
-            action=MarketAction.ON_DEMAND,
-            reason=f"no spot and behind schedule (progress {progress:.2f} h < {expected:.2f} h{beyond}): on-demand",
-            slack_hours=slack,
-            net_margin_hours=margin,
-        )
     if progress < expected:
+        # Rule 1: behind the uniform line while idle, by more than the band (0: at any deficit, as the paper).
+        band = catch_up_band_hours(total_work_hours, deadline_hours, on_demand_run_hours, progress, catch_up_band_share)
+        behind_hours = elapsed_hours - progress * deadline_hours / total_work_hours  # of time, behind the line
+        if band <= 0 or behind_hours > band:
+            beyond = f", {behind_hours:.2f} h behind the line, beyond the {band:.2f} h band" if band > 0 else ""
+            return MarketDecision(
+                action=MarketAction.ON_DEMAND,
+                reason=f"no spot and behind schedule (progress {progress:.2f} h < {expected:.2f} h{beyond}): on-demand",
+                slack_hours=slack,
+                net_margin_hours=margin,
+            )
         return MarketDecision(
             action=MarketAction.WAIT,
             reason=(

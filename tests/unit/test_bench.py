@@ -632,12 +632,19 @@ def test_the_targets_say_when_no_deadline_meeting_schedule_can_cost_as_little_as
     assert f"the omniscient lower bound is {ratio:.3f}x its cost" in cheaper.detail
 
 
-def test_spotrelay_waiting_within_rule_1s_band_catches_up_on_demand_when_its_patience_runs_out() -> None:
+@pytest.mark.parametrize(
+    ("submit", "max_wait"),
+    [(0.0, 24.0), (7.78062, 7.796), (9.03803, 1.899), (19.172044, 5.368)],  # and some whose sums round
+)
+def test_spotrelay_waiting_within_rule_1s_band_catches_up_on_demand_when_its_patience_runs_out(
+    submit: float, max_wait: float
+) -> None:
     # Given spot that costs more than on-demand all along (no spot for the market choice) and 10 h of work due
-    # in 100 h: rule 1's band (0.9 x 90 h = 81 h) is longer than the job's patience (max_wait_hours, 24 h)
-    market = market_of({"us-east-1a": [1] * 120}, price=ON_DEMAND + 1)
-    job = bench_job(["us-east-1a"], work=10, deadline=100, overhead=0.1)
-    assert job.spec.limits.max_wait_hours == 24
+    # in 100 h: rule 1's band (0.9 x 90 h = 81 h) is longer than the job's patience (max_wait_hours)
+    market = market_of({"us-east-1a": [1] * 200}, price=ON_DEMAND + 1)
+    job = bench_job(["us-east-1a"], work=10, deadline=100, overhead=0.1, submit=submit)
+    limits = job.spec.limits.model_copy(update={"max_wait_hours": max_wait})
+    job = dataclasses.replace(job, spec=job.spec.model_copy(update={"limits": limits}))
 
     # When spotrelay replays it
     result = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
@@ -646,4 +653,19 @@ def test_spotrelay_waiting_within_rule_1s_band_catches_up_on_demand_when_its_pat
     assert result.rescued is None
     assert result.deadline_met
     assert [s.pool.market for s in result.segments] == [Market.ON_DEMAND, Market.ON_DEMAND]
-    assert 24 <= result.segments[0].start <= 24 + 0.05
+    assert submit + max_wait <= result.segments[0].start <= submit + max_wait + 0.05
+
+
+def test_spotrelay_whose_spot_launches_are_all_refused_runs_out_of_patience_within_the_band() -> None:
+    # Given a pool with no spot capacity for 100 h (every launch refused, the pool ranked again after each
+    # 3-minute block) and 10 h of work due in 100 h: rule 1's band (81 h) is longer than its patience (24 h)
+    market = market_of({"us-east-1a": [0] * 100 + [1] * 100})
+    job = bench_job(["us-east-1a"], work=10, deadline=100, overhead=0.1)
+
+    # When spotrelay replays it
+    result = simulate(JobContext(job, MarketView(market)), ALL_POLICIES["spotrelay"], keep_timeline=True)
+
+    # Then its patience counts through the refused launches: on-demand once it is spent, as Place does
+    on_demand = [s for s in result.segments if s.pool.market is Market.ON_DEMAND]
+    assert 24 <= on_demand[0].start <= 24 + 0.1
+    assert result.deadline_met

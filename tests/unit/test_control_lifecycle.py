@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from control_builders import CHEAPEST, SECOND, THIRD, World, error, make_job
+from control_builders import CHEAPEST, PRICES, SECOND, THIRD, World, error, make_job
 
-from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled, place_wait_seconds
+from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled, StepResult, place_wait_seconds
 from spotrelay.control.ports import InstanceRef
 from spotrelay.models import AttemptOutcome, Job, JobState, Market, Pool
 from spotrelay.policy import BlockedPool, MarketAction, MarketDecision
@@ -122,16 +122,21 @@ def test_a_job_past_its_net_with_nothing_placeable_waits_the_backoff_not_a_secon
     assert [(r.action, r.wait_seconds) for r in (first, second)] == [("wait", 60), ("wait", 120)]
 
 
+def place_until_the_hour_is_up(world: World) -> tuple[StepResult, StepResult]:
+    """Place at T0, a minute before the hour is up, and at the hour; the last two results."""
+    world.place()
+    world.advance(minutes=59)
+    before = world.place()
+    world.advance(minutes=1)
+    return before, world.place()
+
+
 def test_place_fails_with_no_capacity_once_the_job_has_waited_max_wait_hours() -> None:
     # Given a job with one hour of patience that has found no pool since T0
     world = World()
     world.admitted(limits={"max_price_per_hour": 0.3, "max_wait_hours": 1})
-    world.place()
     # When Place runs a minute before the hour is up, and again at the hour
-    world.advance(minutes=59)
-    before = world.place()
-    world.advance(minutes=1)
-    after = world.place()
+    before, after = place_until_the_hour_is_up(world)
     # Then it still waits at first, then fails with NoCapacity, saying why
     assert before.action == "wait"
     assert (after.action, after.error) == ("fail", "NoCapacity")
@@ -673,12 +678,8 @@ def test_a_job_waiting_within_rule_1s_band_catches_up_on_demand_when_its_patienc
         resources={"gpus": 1, "gpu_models": ["L4"]},
         limits={"deadline_hours": 100, "max_wait_hours": 1},
     )
-    world.place()
     # When Place runs a minute before the hour is up, and again at the hour
-    world.advance(minutes=59)
-    before = world.place()
-    world.advance(minutes=1)
-    after = world.place()
+    before, after = place_until_the_hour_is_up(world)
     # Then it waits for spot within the band at first, then catches up on on-demand instead of failing with
     # NoCapacity: on-demand could run it all along, so the wait was a choice, not a lack of capacity
     assert before.action == "wait"
@@ -686,3 +687,38 @@ def test_a_job_waiting_within_rule_1s_band_catches_up_on_demand_when_its_patienc
     assert "band" in before.cause
     assert after.action == "launch"
     assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
+
+
+def place_and_launch_until_planned_on_demand(world: World, hours: float) -> float | None:
+    """Run Place -> Launch (spot refused) -> Place ... on the job; the hour at which Place plans on-demand."""
+    start = world.clock.now()
+    while (elapsed := (world.clock.now() - start).total_seconds() / 3600) < hours:
+        result = world.place()
+        if result.action == "wait":
+            world.advance(seconds=result.wait_seconds)
+            continue
+        assert result.action == "launch", result
+        if {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}:
+            return elapsed
+        with pytest.raises(InsufficientInstanceCapacity):
+            world.launch()
+    return None
+
+
+def test_a_job_whose_spot_launches_are_all_refused_runs_out_of_patience_though_its_pools_are_ranked() -> None:
+    # Given the 2 h L4 job due in 100 h with one hour of patience, and every spot launch refused: Place ranks
+    # the spot pools whenever their 3-minute blocks lapse, Launch is refused, Place waits within the band
+    world = World()
+    for pool in PRICES:
+        world.compute.refuse[pool] = "InsufficientInstanceCapacity"
+    world.admitted(
+        work_hours=2,
+        resources={"gpus": 1, "gpu_models": ["L4"]},
+        limits={"deadline_hours": 100, "max_wait_hours": 1},
+    )
+    # When it is placed and launched until Place plans on-demand
+    planned_at = place_and_launch_until_planned_on_demand(world, hours=6)
+    # Then its patience counts from its first wait, through the refused launches: on-demand after about an hour
+    # (a Place run or two past it), not when the 96 h band runs out
+    assert planned_at is not None
+    assert 1 <= planned_at <= 1 + 0.1

@@ -355,7 +355,7 @@ spot_availability = st.lists(st.tuples(st.booleans(), st.integers(1, 12)), max_s
     extra_slack_ticks=st.integers(0, 3) | st.integers(0, 40),
     spot_up=spot_availability,
     returns_to_spot=st.booleans(),
-    band_share=st.sampled_from([0.0, CATCH_UP_BAND_SHARE, 1.0]),
+    band_share=st.sampled_from([0.0, CATCH_UP_BAND_SHARE, 3.0]),
 )
 def test_following_uniform_progress_never_misses_a_reachable_deadline(
     work_ticks: int,
