@@ -31,7 +31,7 @@ decision point, run on a pool (spot or on-demand) or wait.
   refinement: `spotrelay.policy.market_choice`) and the spot pool has capacity (production launches the
   spot instance first: a refused launch leaves the job on on-demand). Place uses rule 1
   (`place(migrates=True)`): an idle job behind schedule with no spot catches up on on-demand once it is
-  behind by more than rule 1's band (at once when its `max_wait_hours` are spent waiting). The restart
+  behind by more than rule 1's band (and, wherever it is, once it has waited its `max_wait_hours`). The restart
   overhead `place()` assumes is the spec's (`placement.restart_overhead_minutes`), which the workloads set
   to the job's real d; a periodic-only job's spec gives no grace to save at the notice, so `place()`'s net
   keeps its checkpoint interval too. On a preemption, the job's recovery strategy decides (block the pool,
@@ -298,7 +298,7 @@ class Spotrelay:
                 current_market=Market.ON_DEMAND if on_demand else None,
                 migrates=self.migrate,  # as Place: with migration, rule 1 (catch up on on-demand)
                 spot_runs=self._spot_runs() if on_demand else None,  # as reconcile
-                catch_up_band=not self._patience_spent(t),  # as Place
+                out_of_patience=self._patience_spent(t),  # as Place
             )
             plan = list(ranking.ranked[:PLAN_DEPTH])
             if on_demand and (ranking.market.action is not MarketAction.SPOT or not plan):

@@ -132,8 +132,8 @@ def place_step(
     # `migrates`: reconcile moves a job running on on-demand back to spot once it is ahead of the uniform
     # line again (Uniform Progress's rule 3), so an idle job behind schedule with no spot catches up on
     # on-demand (rule 1) once it is behind by more than rule 1's band (spotrelay.policy.market_choice). The
-    # Wait below is capped at the time the net is due. A job whose patience (`max_wait_hours`) ran out while
-    # it waited within the band catches up on on-demand at once rather than failing with NoCapacity.
+    # Wait below is capped at the time the net is due. A job whose patience (`max_wait_hours`) ran out goes
+    # on-demand if it may, wherever it is against the line, rather than fail with NoCapacity.
     decision = placement_now(
         job,
         work_done,
@@ -142,7 +142,7 @@ def place_step(
         now=now,
         context=context,
         migrates=True,
-        catch_up_band=not patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
+        out_of_patience=patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
     )
     ranked = list(decision.ranked[:PLAN_DEPTH])
 
@@ -218,12 +218,12 @@ def placement_now(
     migrates: bool = False,
     billing_usd: float = 0.0,
     spot_runs: Mapping[str, Sequence[float]] | None = None,
-    catch_up_band: bool = True,
+    out_of_patience: bool = False,
 ) -> Placement:
     """`place()` for the job with what the deployment knows now: the spot prices of the allowed types in
     the zones with a subnet, the pools' blocks and interruption record, the budget left.
     `current_market`: the market of the instance the job runs on (None: idle); `billing_usd`: what its
-    open attempts have cost so far (not in `job.cost_usd` until they are closed); `spot_runs`, `catch_up_band`:
+    open attempts have cost so far (not in `job.cost_usd` until they are closed); `spot_runs`, `out_of_patience`:
     see `place()`."""
     types = [t.name for t in job.spec.resources.fitting_types() if family_of(t.name) in context.allowed_families]
     zones = sorted(context.subnets)
@@ -247,7 +247,7 @@ def placement_now(
         current_market=current_market,
         migrates=migrates,
         spot_runs=spot_runs,
-        catch_up_band=catch_up_band,
+        out_of_patience=out_of_patience,
     )
 
 

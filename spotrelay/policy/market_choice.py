@@ -122,6 +122,7 @@ def uniform_progress(
     work_at_risk_hours: float = 0.0,
     spot_run_pays_off: bool = False,
     catch_up_band_share: float = 0.0,
+    out_of_patience: bool = False,
 ) -> MarketDecision:
     """Which market to run on now. `current` is the job's market if it runs, None if it is idle.
 
@@ -131,7 +132,10 @@ def uniform_progress(
     band (module docstring; 0, the default, is the paper's rule 1). `returns_to_spot`: whether the caller asks
     again while the job runs on on-demand and moves it back to spot when rule 3 says so; when False, an
     idle job behind the uniform line with no spot waits for spot (until the safety net) instead of
-    starting an on-demand run it could never leave (module docstring).
+    starting an on-demand run it could never leave (module docstring). `out_of_patience` (with
+    `returns_to_spot`): the idle job has waited its `limits.max_wait_hours` for a launch; with no spot it
+    goes on-demand wherever it is against the line, rather than fail with NoCapacity while on-demand could
+    run it, and back to spot by rule 3.
     """
     if deadline_hours is None or total_work_hours is None:
         return _spot_or_wait(spot_available, "no deadline (or no work estimate): spot only", None)
@@ -202,6 +206,16 @@ def uniform_progress(
             reason=(
                 f"no spot now; behind schedule (progress {progress:.2f} h < {expected:.2f} h), but an on-demand "
                 "run would not return to spot: wait for spot until the safety net"
+            ),
+            slack_hours=slack,
+            net_margin_hours=margin,
+        )
+    if out_of_patience and returns_to_spot:
+        return MarketDecision(
+            action=MarketAction.ON_DEMAND,
+            reason=(
+                "no spot, and the job has waited its max_wait_hours for a launch: on-demand (back to spot when "
+                "it is ahead of the line and spot is there)"
             ),
             slack_hours=slack,
             net_margin_hours=margin,

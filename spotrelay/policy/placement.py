@@ -168,7 +168,7 @@ def place(
     restart_overhead_hours: float | None = None,
     migrates: bool = False,
     spot_runs: Mapping[str, Sequence[float]] | None = None,
-    catch_up_band: bool = True,
+    out_of_patience: bool = False,
 ) -> Placement:
     """Rank the pools for `spec` given the current `quotes`.
 
@@ -182,9 +182,10 @@ def place(
     (None: idle). `migrates`: the caller re-places a job while it runs on on-demand and moves it back to
     spot when the market choice says so; only then does an idle job behind schedule with no spot go
     on-demand to catch up (Uniform Progress's rule 1, see `spotrelay.policy.market_choice`), once it is
-    behind by more than rule 1's band (`catch_up_band`; False: at any deficit, as in the paper); otherwise
-    it waits for spot until the safety net. A caller that passes `current_market=on-demand` is re-placing
-    an on-demand job, so it migrates by definition.
+    behind by more than rule 1's band, and an `out_of_patience` one (it has waited its
+    `limits.max_wait_hours`) with no spot go on-demand wherever it is; otherwise it waits for spot until
+    the safety net. A caller that passes `current_market=on-demand` is re-placing an on-demand job, so it
+    migrates by definition.
 
     `spot_runs`: how long (hours, boot included) each of the job's spot attempts ran before it was
     interrupted, per offering ('type:az') — `spot_run_hours(attempts)`. For a job on on-demand behind the
@@ -343,7 +344,8 @@ def place(
         "current": current_market,
         "returns_to_spot": migrates or current_market is Market.ON_DEMAND,
         "work_at_risk_hours": work_at_risk_hours(spec),
-        "catch_up_band_share": CATCH_UP_BAND_SHARE if catch_up_band else 0.0,
+        "catch_up_band_share": CATCH_UP_BAND_SHARE,
+        "out_of_patience": out_of_patience,
     }
     decision = uniform_progress(**market_inputs)
     if current_market is Market.ON_DEMAND and decision.action is MarketAction.ON_DEMAND and spot and cheapest_on_demand:

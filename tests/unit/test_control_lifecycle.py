@@ -722,3 +722,25 @@ def test_a_job_whose_spot_launches_are_all_refused_runs_out_of_patience_though_i
     # (a Place run or two past it), not when the 96 h band runs out
     assert planned_at is not None
     assert 1 <= planned_at <= 1 + 0.1
+
+
+def test_a_job_ahead_of_schedule_out_of_patience_goes_on_demand_rather_than_fail_with_no_capacity() -> None:
+    # Given the 2 h L4 job due in 100 h with one hour of patience, 1.5 h done (far ahead of the uniform line),
+    # and no spot anywhere
+    world = World()
+    world.compute.prices.clear()
+    world.admitted(
+        work_hours=2,
+        resources={"gpus": 1, "gpu_models": ["L4"]},
+        limits={"deadline_hours": 100, "max_wait_hours": 1},
+    )
+    world.checkpoint(attempt=1, seq=0, work_done_hours=1.5)
+    # When Place runs a minute before the hour is up, and again at the hour
+    before, after = place_until_the_hour_is_up(world)
+    # Then it waits for spot at first (ahead of the line), then runs on on-demand: NoCapacity would fail a job
+    # on-demand can finish
+    assert before.action == "wait"
+    assert before.cause is not None
+    assert "ahead of schedule" in before.cause
+    assert after.action == "launch"
+    assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}

@@ -156,6 +156,32 @@ def test_the_band_shrinks_with_the_slack_as_the_work_gets_done() -> None:
     assert bands == pytest.approx([5.0, 2.5, 0.5, 0.0])
 
 
+@pytest.mark.parametrize(
+    ("spot_available", "returns_to_spot", "action"),
+    [
+        (False, True, MarketAction.ON_DEMAND),  # on-demand rather than NoCapacity, back to spot by rule 3
+        (True, True, MarketAction.SPOT),  # spot first, as ever
+        (False, False, MarketAction.WAIT),  # an on-demand run could never leave: wait (the caller gives up)
+    ],
+)
+def test_an_idle_job_ahead_of_the_line_out_of_patience_goes_on_demand_if_it_can_come_back(
+    spot_available: bool, returns_to_spot: bool, action: MarketAction
+) -> None:
+    # Given 8 h done at t = 10 h of a 10 h job due at 20 h (ahead of the uniform line), which has waited its
+    # max_wait_hours for a launch
+    decision = decide(
+        work_done_hours=8.0,
+        elapsed_hours=10.0,
+        spot_available=spot_available,
+        returns_to_spot=returns_to_spot,
+        out_of_patience=True,
+    )
+    # Then it takes spot if there is some, else on-demand when the caller brings it back to spot later
+    assert decision.action is action
+    if action is MarketAction.ON_DEMAND:
+        assert "max_wait_hours" in decision.reason
+
+
 def test_without_a_return_to_spot_an_idle_job_behind_the_uniform_line_with_no_spot_waits() -> None:
     # Given the same job behind the uniform line (4 h done, 5 h expected), well clear of the safety net,
     # for a caller that never moves a running job from on-demand back to spot
