@@ -197,7 +197,6 @@ def _plan_standby(store: JobStore, job_id: str, standby: Attempt, work_done: flo
         fresh.work_done_hours = max(fresh.work_done_hours, work_done)
         fresh.placement = (planned,)
         fresh.place_waits = 0
-        fresh.waiting_since = None
         fresh.state = ensure_transition(fresh.state, JobState.LAUNCHING)
         fresh.updated_at = now
         return StepResult(action="launch", cause=f"onto the standby {standby.instance_id} in {standby.pool}")
@@ -253,7 +252,8 @@ def placement_now(
 
 def patience_spent(waiting_since: datetime | None, max_wait_hours: float, now: datetime) -> bool:
     """Whether a job waiting since `waiting_since` (None: not waiting) has waited `max_wait_hours` (its
-    `limits.max_wait_hours`), after which Place fails it with NoCapacity if nothing can be launched."""
+    `limits.max_wait_hours`), after which Place puts it on on-demand if it may (`place(out_of_patience=)`),
+    and fails it with NoCapacity if nothing can be launched (every on-demand pool refused too)."""
     return waiting_since is not None and (now - waiting_since).total_seconds() / 3600 >= max_wait_hours
 
 

@@ -135,9 +135,18 @@ class LimitsSpec(_Spec):
     deadline_hours: float | None = Field(strict=True, default=None, gt=0, description="from submission")
     max_interruptions: int = Field(strict=True, default=20, ge=0)
     max_restarts: int = Field(strict=True, default=2, ge=0, description="restarts after the user's code fails")
-    on_demand_fallback: bool = Field(default=True, description="may use on-demand to meet the deadline")
+    on_demand_fallback: bool = Field(
+        default=True, description="may use on-demand: to meet the deadline, and once max_wait_hours are spent"
+    )
     max_wait_hours: float = Field(
-        strict=True, default=24, gt=0, description="patience: fail with NoCapacity after waiting"
+        strict=True,
+        default=24,
+        gt=0,
+        description=(
+            "patience: hours from the first placement that finds no pool to a launch; then on-demand if the job "
+            "may (a deadline, work_hours, on_demand_fallback, an on-demand type within the cap and budget), "
+            "else NoCapacity (as it is if that on-demand launch is refused too)"
+        ),
     )
 
 

@@ -744,3 +744,30 @@ def test_a_job_ahead_of_schedule_out_of_patience_goes_on_demand_rather_than_fail
     assert "ahead of schedule" in before.cause
     assert after.action == "launch"
     assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
+
+
+def test_a_job_out_of_patience_whose_on_demand_launch_is_refused_too_fails_with_no_capacity() -> None:
+    # Given the ahead-of-schedule L4 job out of patience and placed on on-demand, where every launch is refused
+    world = World()
+    world.compute.prices.clear()
+    world.admitted(
+        work_hours=2,
+        resources={"gpus": 1, "gpu_models": ["L4"]},
+        limits={"deadline_hours": 100, "max_wait_hours": 1},
+    )
+    world.checkpoint(attempt=1, seq=0, work_done_hours=1.5)
+    _, result = place_until_the_hour_is_up(world)
+    # When Launch is refused in every on-demand pool Place plans, and Place runs again after each refusal
+    tries = 0
+    while result.action == "launch" and tries < 20:
+        assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
+        for planned_pool in world.job().placement:
+            world.compute.refuse[planned_pool.pool] = "InsufficientInstanceCapacity"
+        with pytest.raises(InsufficientInstanceCapacity):
+            world.launch()
+        tries += 1
+        result = world.place()
+    # Then once every on-demand pool is refused the job fails with NoCapacity (its patience was spent before
+    # the on-demand tries), as the README says
+    assert tries >= 1
+    assert (result.action, result.error) == ("fail", "NoCapacity")
