@@ -168,7 +168,7 @@ def place_step(
             return StepResult(action="launch")
         waiting_since = fresh.waiting_since or now
         waited_hours = (now - waiting_since).total_seconds() / 3600
-        if waited_hours >= fresh.spec.limits.max_wait_hours:
+        if waited_hours >= patience_hours(fresh.spec.limits.max_wait_hours, decision):
             return StepResult(
                 action="fail",
                 error="NoCapacity",
@@ -253,8 +253,19 @@ def placement_now(
 def patience_spent(waiting_since: datetime | None, max_wait_hours: float, now: datetime) -> bool:
     """Whether a job waiting since `waiting_since` (None: not waiting) has waited `max_wait_hours` (its
     `limits.max_wait_hours`), after which Place puts it on on-demand if it may (`place(out_of_patience=)`),
-    and fails it with NoCapacity if nothing can be launched (every on-demand pool refused too)."""
+    and fails it with NoCapacity if nothing can be launched (`patience_hours`)."""
     return waiting_since is not None and (now - waiting_since).total_seconds() / 3600 >= max_wait_hours
+
+
+def patience_hours(max_wait_hours: float, decision: Placement) -> float:
+    """How long a job may wait without a launch before Place fails it with NoCapacity: its `max_wait_hours`,
+    twice that when the market choice picked on-demand and on-demand pools are blocked only by refused
+    launches (an on-demand shortage is usually short: a job out of patience keeps trying on-demand, as
+    the blocks lapse, for another `max_wait_hours`)."""
+    on_demand_refused = decision.market.action is MarketAction.ON_DEMAND and any(
+        r.pool.market is Market.ON_DEMAND and r.category == "blocked" for r in decision.rejected
+    )
+    return 2 * max_wait_hours if on_demand_refused else max_wait_hours
 
 
 def place_wait_seconds(place_waits: int, market: MarketDecision) -> int:

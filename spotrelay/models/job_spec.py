@@ -145,7 +145,7 @@ class LimitsSpec(_Spec):
         description=(
             "patience: hours from the first placement that finds no pool to a launch; then on-demand if the job "
             "may (a deadline, work_hours, on_demand_fallback, an on-demand type within the cap and budget), "
-            "else NoCapacity (as it is if that on-demand launch is refused too)"
+            "else NoCapacity (on-demand launches refused too: after as long again)"
         ),
     )
 

@@ -746,9 +746,26 @@ def test_a_job_ahead_of_schedule_out_of_patience_goes_on_demand_rather_than_fail
     assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
 
 
-def test_a_job_out_of_patience_whose_on_demand_launch_is_refused_too_fails_with_no_capacity() -> None:
-    # Given the ahead-of-schedule L4 job out of patience and placed on on-demand, where every launch is refused
-    world = World()
+def place_with_every_launch_refused(world: World, hours: float) -> tuple[StepResult, float]:
+    """Place -> Launch (refused: every planned pool is made to refuse) -> Place ... for the job, waiting as
+    told, until Place fails or `hours` pass; the last result and the hour it came at."""
+    start = world.clock.now()
+    while (elapsed := (world.clock.now() - start).total_seconds() / 3600) < hours:
+        result = world.place()
+        if result.action == "wait":
+            world.advance(seconds=result.wait_seconds)
+            continue
+        if result.action != "launch":
+            return result, elapsed
+        for planned in world.job().placement:
+            world.compute.refuse[planned.pool] = "InsufficientInstanceCapacity"
+        with pytest.raises(InsufficientInstanceCapacity):
+            world.launch()
+    return result, hours
+
+
+def ahead_of_schedule_with_one_hour_of_patience(world: World) -> None:
+    """The 2 h L4 job due in 100 h, 1.5 h done (far ahead of the uniform line), no spot anywhere."""
     world.compute.prices.clear()
     world.admitted(
         work_hours=2,
@@ -756,18 +773,36 @@ def test_a_job_out_of_patience_whose_on_demand_launch_is_refused_too_fails_with_
         limits={"deadline_hours": 100, "max_wait_hours": 1},
     )
     world.checkpoint(attempt=1, seq=0, work_done_hours=1.5)
-    _, result = place_until_the_hour_is_up(world)
-    # When Launch is refused in every on-demand pool Place plans, and Place runs again after each refusal
-    tries = 0
-    while result.action == "launch" and tries < 20:
-        assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
-        for planned_pool in world.job().placement:
-            world.compute.refuse[planned_pool.pool] = "InsufficientInstanceCapacity"
-        with pytest.raises(InsufficientInstanceCapacity):
-            world.launch()
-        tries += 1
-        result = world.place()
-    # Then once every on-demand pool is refused the job fails with NoCapacity (its patience was spent before
-    # the on-demand tries), as the README says
-    assert tries >= 1
+
+
+def test_a_job_out_of_patience_whose_on_demand_launches_are_refused_keeps_trying_for_another_max_wait() -> None:
+    # Given the ahead-of-schedule job, out of patience after an hour
+    world = World()
+    ahead_of_schedule_with_one_hour_of_patience(world)
+    # When every on-demand launch it tries is refused
+    result, at = place_with_every_launch_refused(world, hours=6)
+    # Then it keeps trying on-demand as the refused pools' blocks lapse, and fails with NoCapacity only after
+    # another hour (twice max_wait_hours in all)
     assert (result.action, result.error) == ("fail", "NoCapacity")
+    assert 2 <= at <= 2 + 0.1
+    assert "limits.max_wait_hours 1" in (result.cause or "")
+
+
+def test_a_job_out_of_patience_runs_on_demand_once_an_on_demand_pool_takes_it() -> None:
+    # Given the same job, whose on-demand launches are refused until 1.5 h
+    world = World()
+    ahead_of_schedule_with_one_hour_of_patience(world)
+    result, _ = place_with_every_launch_refused(world, hours=1.5)
+    assert result.action != "fail"
+    # When on-demand capacity is back
+    world.compute.refuse.clear()
+    launched = None
+    for _ in range(10):
+        result = world.place()
+        if result.action == "launch":
+            launched = world.launch()
+            break
+        world.advance(seconds=result.wait_seconds)
+    # Then the job runs on on-demand
+    assert launched is not None
+    assert world.store.attempts("train-1")[-1].pool.market is Market.ON_DEMAND
