@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from control_builders import CHEAPEST, PRICES, SECOND, THIRD, World, error, make_job
+from control_builders import CHEAPEST, SECOND, THIRD, World, error, make_job
 
 from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled, StepResult, place_wait_seconds
 from spotrelay.control.ports import InstanceRef
@@ -668,87 +668,24 @@ def test_a_job_told_to_wait_exactly_at_the_safety_net_wakes_a_second_later() -> 
     assert place_wait_seconds(5, due) == 180
 
 
-def test_a_job_waiting_within_rule_1s_band_catches_up_on_demand_when_its_patience_runs_out() -> None:
-    # Given a 2 h L4 job due in 100 h with one hour of patience, and no spot anywhere: behind the uniform line
-    # from its first minute, but within rule 1's band (about 96 h: the job has slack to wait for spot)
-    world = World()
-    world.compute.prices.clear()
+def patient_l4_job(world: World, *, done: float = 0.0, spot: bool = False) -> None:
+    """A 2 h L4 job due in 100 h with one hour of patience (`max_wait_hours`), `done` hours done (a checkpoint);
+    no spot quotes unless `spot`. Behind the uniform line from its first minute with none done, but within
+    rule 1's band (about 96 h: slack to wait for spot); far ahead of the line with 1.5 h done."""
+    if not spot:
+        world.compute.prices.clear()
     world.admitted(
         work_hours=2,
         resources={"gpus": 1, "gpu_models": ["L4"]},
         limits={"deadline_hours": 100, "max_wait_hours": 1},
     )
-    # When Place runs a minute before the hour is up, and again at the hour
-    before, after = place_until_the_hour_is_up(world)
-    # Then it waits for spot within the band at first, then catches up on on-demand instead of failing with
-    # NoCapacity: on-demand could run it all along, so the wait was a choice, not a lack of capacity
-    assert before.action == "wait"
-    assert before.cause is not None
-    assert "band" in before.cause
-    assert after.action == "launch"
-    assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
+    if done:
+        world.checkpoint(attempt=1, seq=0, work_done_hours=done)
 
 
-def place_and_launch_until_planned_on_demand(world: World, hours: float) -> float | None:
-    """Run Place -> Launch (spot refused) -> Place ... on the job; the hour at which Place plans on-demand."""
-    start = world.clock.now()
-    while (elapsed := (world.clock.now() - start).total_seconds() / 3600) < hours:
-        result = world.place()
-        if result.action == "wait":
-            world.advance(seconds=result.wait_seconds)
-            continue
-        assert result.action == "launch", result
-        if {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}:
-            return elapsed
-        with pytest.raises(InsufficientInstanceCapacity):
-            world.launch()
-    return None
-
-
-def test_a_job_whose_spot_launches_are_all_refused_runs_out_of_patience_though_its_pools_are_ranked() -> None:
-    # Given the 2 h L4 job due in 100 h with one hour of patience, and every spot launch refused: Place ranks
-    # the spot pools whenever their 3-minute blocks lapse, Launch is refused, Place waits within the band
-    world = World()
-    for pool in PRICES:
-        world.compute.refuse[pool] = "InsufficientInstanceCapacity"
-    world.admitted(
-        work_hours=2,
-        resources={"gpus": 1, "gpu_models": ["L4"]},
-        limits={"deadline_hours": 100, "max_wait_hours": 1},
-    )
-    # When it is placed and launched until Place plans on-demand
-    planned_at = place_and_launch_until_planned_on_demand(world, hours=6)
-    # Then its patience counts from its first wait, through the refused launches: on-demand after about an hour
-    # (a Place run or two past it), not when the 96 h band runs out
-    assert planned_at is not None
-    assert 1 <= planned_at <= 1 + 0.1
-
-
-def test_a_job_ahead_of_schedule_out_of_patience_goes_on_demand_rather_than_fail_with_no_capacity() -> None:
-    # Given the 2 h L4 job due in 100 h with one hour of patience, 1.5 h done (far ahead of the uniform line),
-    # and no spot anywhere
-    world = World()
-    world.compute.prices.clear()
-    world.admitted(
-        work_hours=2,
-        resources={"gpus": 1, "gpu_models": ["L4"]},
-        limits={"deadline_hours": 100, "max_wait_hours": 1},
-    )
-    world.checkpoint(attempt=1, seq=0, work_done_hours=1.5)
-    # When Place runs a minute before the hour is up, and again at the hour
-    before, after = place_until_the_hour_is_up(world)
-    # Then it waits for spot at first (ahead of the line), then runs on on-demand: NoCapacity would fail a job
-    # on-demand can finish
-    assert before.action == "wait"
-    assert before.cause is not None
-    assert "ahead of schedule" in before.cause
-    assert after.action == "launch"
-    assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
-
-
-def place_with_every_launch_refused(world: World, hours: float) -> tuple[StepResult, float]:
+def place_refusing_launches(world: World, hours: float, *, until_on_demand: bool = False) -> tuple[StepResult, float]:
     """Place -> Launch (refused: every planned pool is made to refuse) -> Place ... for the job, waiting as
-    told, until Place fails or `hours` pass; the last result and the hour it came at."""
+    told, until Place fails, plans on-demand (`until_on_demand`) or `hours` pass; the last result and its hour."""
     start = world.clock.now()
     while (elapsed := (world.clock.now() - start).total_seconds() / 3600) < hours:
         result = world.place()
@@ -757,6 +694,8 @@ def place_with_every_launch_refused(world: World, hours: float) -> tuple[StepRes
             continue
         if result.action != "launch":
             return result, elapsed
+        if until_on_demand and {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}:
+            return result, elapsed
         for planned in world.job().placement:
             world.compute.refuse[planned.pool] = "InsufficientInstanceCapacity"
         with pytest.raises(InsufficientInstanceCapacity):
@@ -764,23 +703,41 @@ def place_with_every_launch_refused(world: World, hours: float) -> tuple[StepRes
     return result, hours
 
 
-def ahead_of_schedule_with_one_hour_of_patience(world: World) -> None:
-    """The 2 h L4 job due in 100 h, 1.5 h done (far ahead of the uniform line), no spot anywhere."""
-    world.compute.prices.clear()
-    world.admitted(
-        work_hours=2,
-        resources={"gpus": 1, "gpu_models": ["L4"]},
-        limits={"deadline_hours": 100, "max_wait_hours": 1},
-    )
-    world.checkpoint(attempt=1, seq=0, work_done_hours=1.5)
+@pytest.mark.parametrize(("done", "waits_because"), [(0.0, "band"), (1.5, "ahead of schedule")])
+def test_a_job_out_of_patience_goes_on_demand_rather_than_fail_with_no_capacity(
+    done: float, waits_because: str
+) -> None:
+    # Given the patient L4 job behind the line within rule 1's band, or ahead of the line, and no spot anywhere
+    world = World()
+    patient_l4_job(world, done=done)
+    # When Place runs a minute before the hour is up, and again at the hour
+    before, after = place_until_the_hour_is_up(world)
+    # Then it waits for spot at first, then runs on on-demand instead of failing with NoCapacity: on-demand
+    # could run it all along, so the wait was a choice, not a lack of capacity
+    assert before.action == "wait"
+    assert waits_because in (before.cause or "")
+    assert after.action == "launch"
+    assert {p.pool.market for p in world.job().placement} == {Market.ON_DEMAND}
+
+
+def test_a_job_whose_spot_launches_are_all_refused_runs_out_of_patience_though_its_pools_are_ranked() -> None:
+    # Given the patient L4 job with spot quotes: Place ranks the spot pools whenever their 3-minute blocks lapse
+    world = World()
+    patient_l4_job(world, spot=True)
+    # When every launch is refused, until Place plans on-demand
+    result, at = place_refusing_launches(world, hours=6, until_on_demand=True)
+    # Then its patience counts from its first wait, through the refused launches: on-demand after about an hour
+    # (a Place run or two past it), not when the 96 h band runs out
+    assert result.action == "launch"
+    assert 1 <= at <= 1 + 0.1
 
 
 def test_a_job_out_of_patience_whose_on_demand_launches_are_refused_keeps_trying_for_another_max_wait() -> None:
-    # Given the ahead-of-schedule job, out of patience after an hour
+    # Given the patient L4 job ahead of schedule, out of patience after an hour
     world = World()
-    ahead_of_schedule_with_one_hour_of_patience(world)
+    patient_l4_job(world, done=1.5)
     # When every on-demand launch it tries is refused
-    result, at = place_with_every_launch_refused(world, hours=6)
+    result, at = place_refusing_launches(world, hours=6)
     # Then it keeps trying on-demand as the refused pools' blocks lapse, and fails with NoCapacity only after
     # another hour (twice max_wait_hours in all)
     assert (result.action, result.error) == ("fail", "NoCapacity")
@@ -789,10 +746,10 @@ def test_a_job_out_of_patience_whose_on_demand_launches_are_refused_keeps_trying
 
 
 def test_a_job_out_of_patience_runs_on_demand_once_an_on_demand_pool_takes_it() -> None:
-    # Given the same job, whose on-demand launches are refused until 1.5 h
+    # Given the patient L4 job ahead of schedule, whose on-demand launches are refused until 1.5 h
     world = World()
-    ahead_of_schedule_with_one_hour_of_patience(world)
-    result, _ = place_with_every_launch_refused(world, hours=1.5)
+    patient_l4_job(world, done=1.5)
+    result, _ = place_refusing_launches(world, hours=1.5)
     assert result.action != "fail"
     # When on-demand capacity is back
     world.compute.refuse.clear()
