@@ -148,77 +148,67 @@ def uniform_progress(
     progress = work_done_hours
     margin = safety_net_margin_hours(restart_overhead_hours, work_at_risk_hours)
     expected = total_work_hours * min(1.0, elapsed_hours / deadline_hours)
+
+    def decided(action: MarketAction, reason: str, within_band: bool = False) -> MarketDecision:
+        return MarketDecision(
+            action=action, reason=reason, slack_hours=slack, net_margin_hours=margin, within_band=within_band
+        )
+
     if current is Market.SPOT:
         # Rule 2, second half: a job running on spot stays there until it is preempted.
-        return MarketDecision(
-            action=MarketAction.SPOT, reason="on spot: stay until preempted", slack_hours=slack, net_margin_hours=margin
-        )
+        return decided(MarketAction.SPOT, "on spot: stay until preempted")
     # Rule 4: the safety net. Also once we are on on-demand inside the net, stay there.
     if time_left < on_demand_run_hours + margin:
         at_risk = f" + {work_at_risk_hours:.2f} h of work at risk" if work_at_risk_hours > 0 else ""
-        return MarketDecision(
-            action=MarketAction.ON_DEMAND,
-            reason=(
+        return decided(
+            MarketAction.ON_DEMAND,
+            (
                 f"safety net: {time_left:.2f} h left, on-demand needs {on_demand_run_hours:.2f} h "
                 f"+ 2 x {restart_overhead_hours:.2f} h restart{at_risk}; on-demand until the end"
             ),
-            slack_hours=slack,
-            net_margin_hours=margin,
         )
     if current is Market.ON_DEMAND:
         # Rule 3: hysteresis.
         ahead_of = total_work_hours * min(1.0, (elapsed_hours + 2 * restart_overhead_hours) / deadline_hours)
         if progress >= ahead_of and spot_available:
-            return MarketDecision(
-                action=MarketAction.SPOT,
-                reason=f"progress {progress:.2f} h >= {ahead_of:.2f} h (uniform line + 2 restarts): back to spot",
-                slack_hours=slack,
-                net_margin_hours=margin,
+            return decided(
+                MarketAction.SPOT,
+                f"progress {progress:.2f} h >= {ahead_of:.2f} h (uniform line + 2 restarts): back to spot",
             )
         if spot_available and spot_run_pays_off:
-            return MarketDecision(
-                action=MarketAction.SPOT,
-                reason=(
+            return decided(
+                MarketAction.SPOT,
+                (
                     f"progress {progress:.2f} h < {ahead_of:.2f} h, but a spot run there is expected to pay for "
                     "the switch: back to spot"
                 ),
-                slack_hours=slack,
-                net_margin_hours=margin,
             )
-        return MarketDecision(
-            action=MarketAction.ON_DEMAND,
-            reason=f"hysteresis: stay on on-demand until progress reaches {ahead_of:.2f} h",
-            slack_hours=slack,
-            net_margin_hours=margin,
+        return decided(
+            MarketAction.ON_DEMAND,
+            f"hysteresis: stay on on-demand until progress reaches {ahead_of:.2f} h",
         )
     if spot_available:
         # Rule 2: taking risks.
-        return MarketDecision(
-            action=MarketAction.SPOT,
-            reason=f"spot available; slack {slack:.2f} h of {deadline_hours:g} h allows it",
-            slack_hours=slack,
-            net_margin_hours=margin,
+        return decided(
+            MarketAction.SPOT,
+            f"spot available; slack {slack:.2f} h of {deadline_hours:g} h allows it",
         )
     if progress < expected and not returns_to_spot:
         # Rule 1 without rule 3 would be on-demand for good: wait for spot; the safety net guards the deadline.
-        return MarketDecision(
-            action=MarketAction.WAIT,
-            reason=(
+        return decided(
+            MarketAction.WAIT,
+            (
                 f"no spot now; behind schedule (progress {progress:.2f} h < {expected:.2f} h), but an on-demand "
                 "run would not return to spot: wait for spot until the safety net"
             ),
-            slack_hours=slack,
-            net_margin_hours=margin,
         )
     if out_of_patience and returns_to_spot:
-        return MarketDecision(
-            action=MarketAction.ON_DEMAND,
-            reason=(
+        return decided(
+            MarketAction.ON_DEMAND,
+            (
                 "no spot, and the job has waited its max_wait_hours for a launch: on-demand (back to spot when "
                 "it is ahead of the line and spot is there)"
             ),
-            slack_hours=slack,
-            net_margin_hours=margin,
         )
     if progress < expected:
         # Rule 1: behind the uniform line while idle, by more than the band (0: at any deficit, as the paper).
@@ -226,27 +216,21 @@ def uniform_progress(
         behind_hours = elapsed_hours - progress * deadline_hours / total_work_hours  # of time, behind the line
         if band <= 0 or behind_hours > band:
             beyond = f", {behind_hours:.2f} h behind the line, beyond the {band:.2f} h band" if band > 0 else ""
-            return MarketDecision(
-                action=MarketAction.ON_DEMAND,
-                reason=f"no spot and behind schedule (progress {progress:.2f} h < {expected:.2f} h{beyond}): on-demand",
-                slack_hours=slack,
-                net_margin_hours=margin,
+            return decided(
+                MarketAction.ON_DEMAND,
+                f"no spot and behind schedule (progress {progress:.2f} h < {expected:.2f} h{beyond}): on-demand",
             )
-        return MarketDecision(
-            action=MarketAction.WAIT,
-            reason=(
+        return decided(
+            MarketAction.WAIT,
+            (
                 f"no spot now; behind schedule (progress {progress:.2f} h < {expected:.2f} h) by {behind_hours:.2f} h, "
                 f"within the {band:.2f} h band: wait for spot"
             ),
-            slack_hours=slack,
-            net_margin_hours=margin,
             within_band=True,
         )
-    return MarketDecision(
-        action=MarketAction.WAIT,
-        reason=f"no spot now; ahead of schedule (progress {progress:.2f} h >= {expected:.2f} h), wait for spot",
-        slack_hours=slack,
-        net_margin_hours=margin,
+    return decided(
+        MarketAction.WAIT,
+        f"no spot now; ahead of schedule (progress {progress:.2f} h >= {expected:.2f} h), wait for spot",
     )
 
 
