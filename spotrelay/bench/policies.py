@@ -367,7 +367,7 @@ class Spotrelay:
             self.waiting_since = t
         give_up_at = self.waiting_since + limits.max_wait_hours
         if t >= give_up_at:
-            return Decision(pool=None, give_up=f"NoCapacity: no feasible pool for {limits.max_wait_hours:g} h")
+            return Decision(pool=None, give_up=f"NoCapacity: nothing launched for {limits.max_wait_hours:g} h")
         wait = place_wait_seconds(self.place_waits, market)
         self.place_waits += 1
         return Decision(pool=None, recheck_at=min(t + wait / 3600, give_up_at), market_blind=True)

@@ -173,7 +173,7 @@ def place_step(
                 action="fail",
                 error="NoCapacity",
                 cause=(
-                    f"no feasible pool for {waited_hours:.1f} h (limits.max_wait_hours "
+                    f"nothing launched for {waited_hours:.1f} h (limits.max_wait_hours "
                     f"{fresh.spec.limits.max_wait_hours:g}); last: {' | '.join(decision.explain(alternatives=0))}"
                 ),
             )

@@ -141,7 +141,7 @@ def test_place_fails_with_no_capacity_once_the_job_has_waited_max_wait_hours() -
     assert before.action == "wait"
     assert (after.action, after.error) == ("fail", "NoCapacity")
     assert after.cause is not None
-    assert "no feasible pool for 1.0 h (limits.max_wait_hours 1)" in after.cause
+    assert "nothing launched for 1.0 h (limits.max_wait_hours 1)" in after.cause
     assert "max_price_per_hour" in after.cause
 
 
