@@ -28,16 +28,16 @@ within it, as a job ahead of the line does. u = W / (k D) is the share of the de
 on-demand (k its speed); S = (1 - cp / W) x (D - W / k) is the slack the job would have on the line at its
 progress (every hour behind the line costs an hour of it); c = `CATCH_UP_BAND_SHARE` = 1. (1 - u) is the
 share of an on-demand hour that gains on the line: a job with a tight deadline (u near 1: catching up an
-hour of time behind takes u / (1 - u) hours of on-demand) gets a band of minutes, one with room to spare may spend
-part of it waiting for spot, and the band shrinks with the slack as the work gets done, so the safety net
-(at slack 2d) is reached only after the band is crossed, except in the job's last stretch. The paper's rule
-fires at any deficit: a job a minute behind, after a spot start lost in its overhead, pays an on-demand
-start and stays on on-demand until it is two restarts ahead (rule 3), though spot is back minutes later
-(the fleet's p3.16xlarge pools). The safety net is untouched, so the deadline guarantee is the paper's.
-Measured (`make bench`, $/job, c = 0 / 0.75 / 1 / 1.5): fleet 76.62 / 74.82 / 74.46 / 74.25, Can't Be Late
-multi-zone 47.94 / 47.97 / 47.96 / 48.15, single-zone 83.64 / 83.37 / 83.25 / 83.27. c = 1 (the band's
-natural scale, no constant of its own) is the best of these single-zone and within 0.3% of the best on
-the other two.
+hour of time behind takes u / (1 - u) hours of on-demand) gets a band of minutes, one with room to spare
+may spend part of it waiting for spot, and the band shrinks with the slack as the work gets done, so the
+safety net (at slack 2d) is reached only after the band is crossed, except in the job's last stretch. The
+paper's rule fires at any deficit: a job a minute behind, after a spot start lost in its overhead, pays an
+on-demand start and stays on on-demand until it is two restarts ahead (rule 3), though spot is back
+minutes later (the fleet's p3.16xlarge pools). The safety net is untouched, so the deadline guarantee is
+the paper's. Measured (`make bench`, $/job, c = 0 / 0.75 / 1 / 1.5): fleet 76.62 / 74.82 / 74.46 / 74.25,
+Can't Be Late multi-zone 47.94 / 47.97 / 47.96 / 48.15, single-zone 83.64 / 83.37 / 83.25 / 83.27. c = 1
+(the band's natural scale, no constant of its own) is the best of these single-zone and within 0.3% of the
+best on the other two.
 
 Rule 1 pays off only together with rule 3: on-demand is worth its price to catch up for a while, and the
 job goes back to spot once it is ahead again. A caller that cannot move a running job from on-demand back
