@@ -139,6 +139,9 @@ class SchedulerStack(Stack):
         CfnOutput(self, "BucketName", value=self.storage.bucket.bucket_name, description="Checkpoints and the agent")
         CfnOutput(self, "StateMachineArn", value=self.lifecycle.state_machine.state_machine_arn)
         CfnOutput(self, "LaunchTemplateId", value=self.worker.launch_template_id)
+        # `spotrelay submit` wakes the dispatcher; `spotrelay cancel` invokes cancel (spotrelay/aws/stack.py)
+        CfnOutput(self, "DispatcherFunctionName", value=functions["dispatcher"].function_name)
+        CfnOutput(self, "CancelFunctionName", value=functions["cancel"].function_name)
 
 
 def build_scheduler(app: App, config: SpotRelayConfig) -> SchedulerStack:

@@ -167,6 +167,18 @@ class DynamoJobStore:
         jobs = (Job.model_validate_json(item["record"]["S"]) for item in self._query_index("ACTIVE"))
         return [j for j in jobs if j.state is not JobState.QUEUED and not j.state.is_terminal]
 
+    def all_jobs(self) -> list[Job]:
+        """Every job, ended ones included: a scan of the whole table, for `spotrelay ls --all` (the
+        functions never call it)."""
+        pages = self.client.get_paginator("scan").paginate(
+            TableName=self.table_name,
+            FilterExpression="sk = :job",
+            ExpressionAttributeValues={":job": _s("JOB")},
+            ProjectionExpression="#record",
+            ExpressionAttributeNames={"#record": "record"},
+        )
+        return [Job.model_validate_json(item["record"]["S"]) for page in pages for item in page.get("Items", [])]
+
     # --- attempts -----------------------------------------------------------------------------------
 
     def put_attempt(self, attempt: Attempt, expected_version: int | None = None) -> int:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from spotrelay.catalog import INSTANCE_TYPES
+from spotrelay.cli import jobs
+from spotrelay.cli.console import err, fail, out, tables
 from spotrelay.config import ENV_BUCKET, ENV_TABLE
 from spotrelay.market import PriceFileError, load_advisor_bands, load_prices
 from spotrelay.models import JobSpecError, Market, Pool, load_job_spec
@@ -25,19 +26,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
 
 @app.callback()
 def root() -> None:
     """Run GPU jobs on EC2 Spot: the cheapest pool that fits, checkpoints to S3, relaunch after interruptions."""
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Print a one-line error and exit non-zero."""
-    err.print(f"error: {message}", markup=False, soft_wrap=True)
-    raise typer.Exit(code)
+# A user's jobs on a deployed stack first: what most people run.
+app.command("submit")(jobs.submit_command)
+app.command("status")(jobs.status_command)
+app.command("ls")(jobs.ls_command)
+app.command("cancel")(jobs.cancel_command)
 
 
 def parse_blocked(values: list[str]) -> list[Pool]:
@@ -371,7 +370,7 @@ def bench_command(
         sys.stdout.write(json.dumps(to_json(result.runs), indent=2) + "\n")
     else:
         # A pipe gets the whole table (rich would squeeze it into 80 columns).
-        print_tables(out if out.is_terminal else Console(highlight=False, width=160), result.runs)
+        print_tables(tables(), result.runs)
     for note in result.notes:
         err.print(f"note: {note}", markup=False, soft_wrap=True)
     if plot is not None:

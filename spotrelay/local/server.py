@@ -20,6 +20,7 @@ from pathlib import Path
 
 from moto.server import ThreadedMotoServer
 
+from spotrelay.aws.stack import DEFAULT_STACK
 from spotrelay.local.clock import WallClock
 from spotrelay.local.deploy import LocalStack
 from spotrelay.local.lambdas import REPO_ROOT
@@ -98,7 +99,11 @@ def describe(served: ServedStack) -> list[str]:
         *(f"    {name:<12}  {function}" for name, function in stack.functions.items()),
         "",
         "Try it (any credentials do):",
-        f"  export AWS_DEFAULT_REGION={stack.region} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing",
+        f"  export AWS_DEFAULT_REGION={stack.region} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing "
+        f"AWS_ENDPOINT_URL={served.endpoint_url}",
+        f"  spotrelay submit events/jobs/resnet50.yaml{_stack_option(stack.stack_name)}   # prints the job's id",
+        f"  spotrelay status JOB_ID{_stack_option(stack.stack_name)}; spotrelay ls; spotrelay cancel JOB_ID",
+        "or with the AWS CLI:",
         f"  aws --endpoint-url {served.endpoint_url} sqs send-message --queue-url {stack.queue_url} "
         "--message-body file://job.json",
         f"  aws --endpoint-url {served.endpoint_url} lambda invoke "
@@ -109,6 +114,10 @@ def describe(served: ServedStack) -> list[str]:
         "Ctrl-C stops it.",
     ]
     return lines
+
+
+def _stack_option(name: str) -> str:
+    return "" if name == DEFAULT_STACK else f" --stack {name}"
 
 
 def run_local_up(

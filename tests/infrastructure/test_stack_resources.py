@@ -250,6 +250,10 @@ def test_dashboard_and_outputs_exist(synthesized: Synthesized) -> None:
     assert render(outputs["StateMachineArn"]["Value"]) == (
         f"<{synthesized.logical_id(synthesized.stack.lifecycle.state_machine)}>"
     )
+    # what `spotrelay submit` and `spotrelay cancel` invoke (spotrelay/aws/stack.py reads these keys)
+    functions = synthesized.stack.functions.functions
+    for output, function in (("DispatcherFunctionName", "dispatcher"), ("CancelFunctionName", "cancel")):
+        assert render(outputs[output]["Value"]) == f"<{synthesized.logical_id(functions[function])}>"
 
 
 def test_every_taggable_resource_is_tagged_project_spotrelay(synthesized: Synthesized) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -68,3 +69,29 @@ def test_local_up_is_a_command() -> None:
     result = CliRunner().invoke(app, ["local", "up", "--help"])
     assert result.exit_code == 0
     assert "--port" in result.output
+
+
+def test_spotrelay_submit_and_status_reach_the_stack_through_the_endpoint(
+    synthesized_template: Path, events_dir: Path
+) -> None:
+    market = price_market(events_dir / "prices" / "us-east-1-example.csv", START + timedelta(hours=1))
+    with serve_local_stack(port=free_port(), template=synthesized_template, market=market, quiet=True) as served:
+        # (the in-process Lambdas swap os.environ while they run: name the region rather than read it)
+        endpoint = ["--endpoint-url", served.endpoint_url, "--region", served.stack.region]
+        # When a user runs what `local up` prints: submit by the stack's name, through the endpoint
+        submitted = CliRunner().invoke(app, ["submit", str(events_dir / "jobs" / "resnet50.yaml"), *endpoint])
+        assert submitted.exit_code == 0, submitted.output
+        job_id = submitted.stdout.strip()
+        # Then the woken dispatcher admitted it and EC2 started its instance (on the execution's thread)
+        assert served.runtime.market is not None
+        (launch,) = served.runtime.market.wait_for_launches(1, timeout=20)
+        # And status, through the endpoint, names that instance once Launch has recorded it (on the wall
+        # clock nothing says when that is: ask until it is there, for at most 20 s)
+        give_up = time.monotonic() + 20
+        while True:
+            status = CliRunner().invoke(app, ["status", job_id, "--json", *endpoint])
+            assert status.exit_code == 0, status.output
+            attempts = json.loads(status.stdout)["attempts"]
+            if (attempts and attempts[0]["instance_id"]) or time.monotonic() > give_up:
+                break
+        assert [a["instance_id"] for a in attempts] == [launch.instance_id]

@@ -1,0 +1,23 @@
+"""Where the commands print, and their one-line errors."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print a one-line error and exit non-zero."""
+    err.print(f"error: {message}", markup=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def tables() -> Console:
+    """Where tables go: the terminal at its width, or 160 columns when stdout is a file or a pipe (rich
+    would assume 80 and truncate ids)."""
+    return out if out.is_terminal else Console(highlight=False, width=160)

@@ -1,0 +1,247 @@
+"""`spotrelay submit / status / ls / cancel`: a user's jobs on a deployed stack (spotrelay.aws.stack).
+
+The commands are plain functions; spotrelay.cli.app registers them. boto3 is imported when one runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Column, Table
+
+from spotrelay.cli.console import err, fail, out, tables
+from spotrelay.models import JobSpecError, load_job_spec
+
+if TYPE_CHECKING:
+    from spotrelay.aws.stack import JobsClient, JobStatus
+    from spotrelay.models import Job
+
+StackOption = Annotated[
+    str, typer.Option("--stack", envvar="SPOTRELAY_STACK", help="the CloudFormation stack `cdk deploy` made")
+]
+RegionOption = Annotated[str | None, typer.Option("--region", help="default: the AWS configuration's")]
+EndpointOption = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint-url",
+        envvar="AWS_ENDPOINT_URL",
+        help="another endpoint for every AWS service, e.g. `spotrelay local up`'s http://localhost:5055",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
+
+
+def connect(stack: str, region: str | None, endpoint_url: str | None) -> JobsClient:
+    from spotrelay.aws.stack import JobsClient, StackError
+
+    try:
+        return JobsClient.connect(stack, region=region, endpoint_url=endpoint_url)
+    except StackError as e:
+        fail(str(e))
+
+
+def submit_command(
+    job_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="a job spec, YAML or JSON (README)")],
+    stack: StackOption = "SpotRelay",
+    region: RegionOption = None,
+    endpoint_url: EndpointOption = None,
+    wake: Annotated[
+        bool, typer.Option("--wake/--no-wake", help="invoke the dispatcher now, rather than wait for its alarm")
+    ] = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Check JOB.yaml, send it to the stack's job queue and print the job's id.
+
+    \b
+    The same as `aws sqs send-message --message-body "$(cat job.json)"`,
+    except that a bad spec is refused here, with the field and what is
+    allowed, rather than recorded FAILED by the dispatcher; and the
+    dispatcher is woken at once (the queue-depth alarm would within minutes).
+    """
+    from spotrelay.aws.stack import StackError
+
+    try:
+        spec = load_job_spec(job_file)
+    except JobSpecError as e:
+        fail(str(e))
+    client = connect(stack, region, endpoint_url)
+    try:
+        submitted = client.submit(spec, wake=wake)
+    except StackError as e:
+        fail(str(e))
+    if as_json:
+        answer = {
+            "job_id": submitted.job_id,
+            "message_id": submitted.message_id,
+            "queue_url": submitted.queue_url,
+            "dispatcher_woken": submitted.dispatcher_woken,
+        }
+        sys.stdout.write(json.dumps(answer) + "\n")
+    else:
+        out.print(submitted.job_id, markup=False)
+    if submitted.wake_error is not None:
+        err.print(
+            f"warning: could not wake the dispatcher ({submitted.wake_error}); the queue-depth alarm or the "
+            "5-minute schedule admits the job",
+            markup=False,
+        )
+
+
+def status_command(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")],
+    stack: StackOption = "SpotRelay",
+    region: RegionOption = None,
+    endpoint_url: EndpointOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Where a job stands: its state, pool, progress, cost so far, and every attempt."""
+    from spotrelay.aws.stack import StackError
+
+    client = connect(stack, region, endpoint_url)
+    try:
+        status = client.status(job_id)
+    except StackError as e:
+        fail(str(e))
+    now = datetime.now(UTC)
+    if as_json:
+        answer = {
+            "job": status.job.model_dump(mode="json"),
+            "attempts": [a.model_dump(mode="json", exclude={"task_token"}) for a in status.attempts],
+            "running_cost_usd": status.running_cost(now),
+        }
+        sys.stdout.write(json.dumps(answer, indent=2) + "\n")
+        return
+    for line in describe_status(status, now):
+        out.print(line, markup=False, soft_wrap=True)
+    if status.attempts:
+        tables().print(attempts_table(status))
+
+
+def ls_command(
+    stack: StackOption = "SpotRelay",
+    region: RegionOption = None,
+    endpoint_url: EndpointOption = None,
+    ended: Annotated[bool, typer.Option("--all", help="ended jobs too (a scan of the table)")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """The stack's queued and live jobs (`--all`: ended ones too), oldest first."""
+    from spotrelay.aws.stack import StackError
+
+    client = connect(stack, region, endpoint_url)
+    try:
+        jobs = client.jobs(ended=ended)
+    except StackError as e:
+        fail(str(e))
+    if as_json:
+        sys.stdout.write(json.dumps([job_row(job) for job in jobs], indent=2) + "\n")
+        return
+    if not jobs:
+        err.print("no jobs" if ended else "no queued or live jobs (`--all` lists ended ones too)", markup=False)
+        return
+    table = Table(Column("job", no_wrap=True), "state", "done", "attempts", "interrupted", "cost $", "submitted")
+    for job in jobs:
+        table.add_row(
+            job.job_id,
+            job.state.value,
+            progress(job),
+            str(job.attempts),
+            str(job.interruptions),
+            f"{job.cost_usd:.2f}",
+            f"{job.submitted_at.astimezone(UTC):%m-%d %H:%M}",
+        )
+    tables().print(table)
+
+
+def cancel_command(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")],
+    stack: StackOption = "SpotRelay",
+    region: RegionOption = None,
+    endpoint_url: EndpointOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel a job wherever it is: its instance is terminated, its checkpoints are kept."""
+    from spotrelay.aws.stack import StackError
+
+    client = connect(stack, region, endpoint_url)
+    try:
+        answer = client.cancel(job_id)
+    except StackError as e:
+        fail(str(e))
+    if as_json:
+        sys.stdout.write(json.dumps(answer) + "\n")
+        return
+    if answer.get("already_ended"):
+        out.print(f"{job_id} had already ended: {answer.get('state')}", markup=False)
+        return
+    terminated = answer.get("terminated") or []
+    gone = f"; terminated {', '.join(terminated)}" if terminated else ""
+    out.print(f"{job_id} {answer.get('state')}{gone}", markup=False)
+
+
+def job_row(job: Job) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "name": job.spec.name,
+        "state": job.state.value,
+        "work_done_hours": job.work_done_hours,
+        "work_hours": job.spec.work_hours,
+        "attempts": job.attempts,
+        "interruptions": job.interruptions,
+        "cost_usd": job.cost_usd,
+        "submitted_at": job.submitted_at.isoformat(),
+        "failure_reason": job.failure_reason,
+    }
+
+
+def progress(job: Job) -> str:
+    if job.spec.work_hours:
+        return f"{job.work_done_hours:.2f}/{job.spec.work_hours:g} h"
+    return f"{job.work_done_hours:.2f} h"
+
+
+def describe_status(status: JobStatus, now: datetime) -> list[str]:
+    job = status.job
+    age = job.elapsed_hours(now)
+    lines = [f"{job.job_id}  {job.state.value}  (submitted {job.submitted_at:%Y-%m-%d %H:%M} UTC, {age:.1f} h ago)"]
+    live = status.live_attempt
+    if live is not None:
+        instance = live.instance_id or "no instance yet"
+        since = live.running_at or live.started_at
+        lines.append(
+            f"  attempt {live.attempt} on {live.pool.instance_type} in {live.pool.availability_zone}, "
+            f"{live.pool.market.value} at ${live.hourly_price:.3f}/h, {instance}, since {since:%H:%M} UTC"
+        )
+    work = f"  work {progress(job)} in the last checkpoint"
+    if job.spec.work_hours:
+        work += f" ({100 * min(1.0, job.work_done_hours / job.spec.work_hours):.0f}%)"
+    deadline = job.spec.limits.deadline_hours
+    if deadline is not None and not job.state.is_terminal:
+        work += f"; deadline in {deadline - age:.1f} h"
+    lines.append(work)
+    running = status.running_cost(now)
+    cost = f"  cost ${job.cost_usd:.2f}" + (f" + about ${running:.2f} on the live instance" if running else "")
+    lines.append(f"{cost}; {job.interruptions} interruption(s), {job.lost_work_hours:.2f} h of work lost")
+    if job.failure_reason:
+        lines.append(f"  why: {job.failure_reason}")
+    return lines
+
+
+def attempts_table(status: JobStatus) -> Table:
+    table = Table("#", "pool", "market", "$/h", Column("instance", no_wrap=True), "started", "ended", "outcome")
+    for a in status.attempts:
+        table.add_row(
+            str(a.attempt),
+            f"{a.pool.instance_type} {a.pool.availability_zone}",
+            a.pool.market.value,
+            f"{a.hourly_price:.3f}",
+            a.instance_id or "-",
+            f"{a.started_at:%m-%d %H:%M}",
+            f"{a.ended_at:%H:%M}" if a.ended_at else "-",
+            a.outcome.value if a.outcome else ("standby" if a.handover_from else "live"),
+        )
+    return table

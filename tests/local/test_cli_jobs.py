@@ -1,0 +1,114 @@
+"""`spotrelay submit / status / ls / cancel` against the deployed stack (in moto, the handlers in-process, on
+the virtual clock), found by the stack's name alone, as a user runs them after `cdk deploy`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from spotrelay.aws.store import DynamoJobStore
+from spotrelay.cli import app
+from spotrelay.config import TAG_JOB_ID
+from spotrelay.local import LocalRuntime, LocalStack, VirtualClock
+from spotrelay.models import JobState
+
+from .conftest import START
+
+
+def deployed(runtime: LocalRuntime) -> LocalStack:
+    assert runtime.stack is not None
+    return runtime.stack
+
+
+def run(clock: VirtualClock, *args: str) -> Any:
+    """The command as a user runs it, then the clock runs whatever it set off (the dispatcher it woke)."""
+    with clock.exclusive():
+        result = CliRunner().invoke(app, list(args))
+    clock.wait_quiescent()
+    return result
+
+
+def submit(clock: VirtualClock, job_file: Path) -> str:
+    result = run(clock, "submit", str(job_file), "--stack", "SpotRelay")
+    assert result.exit_code == 0, result.output
+    return str(result.stdout.strip())
+
+
+def test_submit_admits_and_launches_the_job_and_status_shows_where_it_runs(
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path
+) -> None:
+    # When a user submits the example job by the stack's name (no alarm event: submit wakes the dispatcher)
+    job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    # Then the job was admitted and launched on the cheapest pool, under the id submit printed
+    (launch,) = runtime.market_launches()
+    assert launch.tags[TAG_JOB_ID] == job_id
+    assert (launch.pool.offering, launch.at) == ("g6.xlarge:us-east-1a", START)
+    # And status says so: the state, the attempt's pool and instance, from the job table
+    status = run(clock, "status", job_id, "--json")
+    assert status.exit_code == 0, status.output
+    answer = json.loads(status.stdout)
+    assert answer["job"]["state"] == "LAUNCHING"
+    (attempt,) = answer["attempts"]
+    assert (attempt["pool"]["instance_type"], attempt["pool"]["availability_zone"]) == ("g6.xlarge", "us-east-1a")
+    assert attempt["instance_id"] == launch.instance_id
+    assert "task_token" not in attempt
+    text = run(clock, "status", job_id).stdout
+    assert f"attempt 1 on g6.xlarge in us-east-1a, spot at $0.350/h, {launch.instance_id}" in text
+    # And ls lists it
+    listed = json.loads(run(clock, "ls", "--json").stdout)
+    assert [(j["job_id"], j["state"]) for j in listed] == [(job_id, "LAUNCHING")]
+
+
+def test_cancel_terminates_the_instance_and_ls_keeps_the_job_under_all(
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path
+) -> None:
+    job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    (launch,) = runtime.market_launches()
+    # When the user cancels it
+    result = run(clock, "cancel", job_id)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"{job_id} CANCELLED; terminated {launch.instance_id}"
+    # Then its instance is terminated and its record CANCELLED
+    described = runtime.ec2.describe_instances(InstanceIds=[launch.instance_id])
+    assert described["Reservations"][0]["Instances"][0]["State"]["Name"] == "terminated"
+    job, _ = DynamoJobStore(deployed(runtime).table_name, runtime.dynamodb).get_job(job_id)
+    assert job.state is JobState.CANCELLED
+    # And cancelling again changes nothing and says so
+    again = run(clock, "cancel", job_id)
+    assert again.exit_code == 0, again.output
+    assert again.stdout.strip() == f"{job_id} had already ended: CANCELLED"
+    # And ls shows live jobs only; --all the ended one too
+    assert json.loads(run(clock, "ls", "--json").stdout) == []
+    listed = json.loads(run(clock, "ls", "--all", "--json").stdout)
+    assert [(j["job_id"], j["state"]) for j in listed] == [(job_id, "CANCELLED")]
+
+
+def test_an_invalid_job_is_refused_before_anything_is_sent(
+    runtime: LocalRuntime, clock: VirtualClock, tmp_path: Path
+) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("name: train\nrun: {command: python train.py}\nresources: {gpus: 9}\n")
+    result = run(clock, "submit", str(job_file))
+    # Then the error names the file, the field and what is allowed, and the queue stayed empty
+    assert result.exit_code == 2
+    assert f"{job_file}: resources.gpus: no EC2 GPU instance type has 9 GPUs; allowed 1..8" in result.stderr
+    queue = runtime.sqs.get_queue_attributes(
+        QueueUrl=deployed(runtime).queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )
+    assert queue["Attributes"]["ApproximateNumberOfMessages"] == "0"
+    assert runtime.market_launches() == []
+
+
+def test_an_unknown_job_or_stack_is_a_one_line_error(runtime: LocalRuntime, clock: VirtualClock) -> None:
+    unknown_job = run(clock, "status", "nope-123")
+    assert unknown_job.exit_code == 2
+    assert unknown_job.stderr.strip() == "error: no job nope-123 in stack SpotRelay (`spotrelay ls --all` lists them)"
+    cancelled = run(clock, "cancel", "nope-123")
+    assert cancelled.exit_code == 2
+    assert "no job nope-123" in cancelled.stderr
+    unknown_stack = run(clock, "ls", "--stack", "Elsewhere")
+    assert unknown_stack.exit_code == 2
+    assert unknown_stack.stderr.startswith("error: cannot read stack Elsewhere: ")
