@@ -312,9 +312,9 @@ class FakeQueue(FaultInjection):
         self.in_flight: set[str] = set()
         self._ids = itertools.count(1)
 
-    def send(self, body: str) -> QueueMessage:
+    def send(self, body: str, submission_id: str | None = None) -> QueueMessage:
         n = next(self._ids)
-        message = QueueMessage(message_id=f"msg-{n}", receipt_handle=f"rh-{n}", body=body)
+        message = QueueMessage(message_id=f"msg-{n}", receipt_handle=f"rh-{n}", body=body, submission_id=submission_id)
         self.messages.append(message)
         return message
 

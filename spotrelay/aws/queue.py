@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ERROR_ATTRIBUTE = "spotrelay-error"
+SUBMISSION_ATTRIBUTE = "spotrelay-submission-id"  # sent by `spotrelay submit` (spotrelay/aws/stack.py)
 MAX_MESSAGE_BYTES = 262_144  # body + attribute names, types and values (the classic SQS limit)
 MAX_REASON_BYTES = 4_096  # enough to say what was wrong; the rest is in the logs
 MAX_RECEIVE_PER_CALL = 10
@@ -47,12 +48,18 @@ class SqsJobQueue:
                 QueueUrl=self.queue_url,
                 MaxNumberOfMessages=min(MAX_RECEIVE_PER_CALL, max_messages - len(received)),
                 WaitTimeSeconds=0,
+                MessageAttributeNames=[SUBMISSION_ATTRIBUTE],
             )
             before = len(received)
             for m in response.get("Messages", []):
                 if "MessageId" in m and "ReceiptHandle" in m:
+                    attribute = m.get("MessageAttributes", {}).get(SUBMISSION_ATTRIBUTE)
+                    submission = attribute.get("StringValue") if attribute is not None else None
                     received[m["MessageId"]] = QueueMessage(
-                        message_id=m["MessageId"], receipt_handle=m["ReceiptHandle"], body=m.get("Body", "")
+                        message_id=m["MessageId"],
+                        receipt_handle=m["ReceiptHandle"],
+                        body=m.get("Body", ""),
+                        submission_id=submission,
                     )
             if len(received) == before:  # empty, or only messages seen already (a zero visibility timeout)
                 break

@@ -2,8 +2,9 @@
 
 Runs on the queue-depth alarm, on the schedule, and when a job finishes. It is the only writer of
 admissions (the function has a reserved concurrency of 1), and every step is idempotent:
-- a message becomes the job `<name>-<12 hex of the SQS message id>`; a redelivered message finds the
-  job already there and is just deleted;
+- a message becomes the job `<name>-<12 hex of the SQS message id>` (of the submission id, when
+  `spotrelay submit` sent it: a message sent twice by an SDK retry is one job); a redelivered message
+  finds the job already there and is just deleted;
 - a message that is not a valid job becomes a FAILED job record carrying the validation error, and
   the message is kept in the DLQ — nothing is silently dropped;
 - admission starts the execution named by the job id first (a second start is a no-op), then marks
@@ -29,6 +30,7 @@ from spotrelay.models import Job, JobSpecError, JobState, ensure_transition, par
 MAX_MESSAGES_PER_RUN = 100
 MAX_QUEUED_CONSIDERED = 500
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_SUBMISSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a UUID, lower case
 
 
 class DispatchReport(BaseModel):
@@ -48,6 +50,15 @@ def job_id_for(name: str, message_id: str) -> str:
     return f"{_UNSAFE.sub('-', name)[:60]}-{suffix}"
 
 
+def submission_key(message: QueueMessage) -> str:
+    """What the job id is made from: `spotrelay submit`'s submission id (a UUID; the same for a message
+    sent twice), else the SQS message id (a plain `aws sqs send-message`)."""
+    submitted = message.submission_id
+    if submitted is not None and _SUBMISSION_ID.fullmatch(submitted):
+        return submitted
+    return message.message_id
+
+
 def intake(message: QueueMessage, *, store: JobStore, queue: JobQueue, clock: Clock) -> tuple[str, bool]:
     """Record one message as a QUEUED job (or a FAILED one); returns (job id, valid)."""
     now = clock.now()
@@ -59,11 +70,11 @@ def intake(message: QueueMessage, *, store: JobStore, queue: JobQueue, clock: Cl
     except (json.JSONDecodeError, JobSpecError) as e:
         reason = str(e) if isinstance(e, JobSpecError) else f"{source}: line {e.lineno}: not valid JSON ({e.msg})"
         name = data.get("name") if isinstance(data, dict) else None
-        job_id = job_id_for(name if isinstance(name, str) and name else "invalid", message.message_id)
+        job_id = job_id_for(name if isinstance(name, str) and name else "invalid", submission_key(message))
         store.create_job(_failed_job(job_id, reason, now))
         queue.dead_letter(message, reason)
         return job_id, False
-    job_id = job_id_for(spec.name, message.message_id)
+    job_id = job_id_for(spec.name, submission_key(message))
     store.create_job(Job(job_id=job_id, spec=spec, submitted_at=now, updated_at=now))
     queue.delete(message)
     return job_id, True

@@ -177,6 +177,9 @@ class QueueMessage(BaseModel):
     message_id: str
     receipt_handle: str
     body: str
+    # `spotrelay submit`'s id for the submission (the message attribute SUBMISSION_ATTRIBUTE): the job id
+    # comes from it, so a resent message (an SDK retry after a timeout) is the same job, not a second one
+    submission_id: str | None = None
 
 
 class JobQueue(Protocol):

@@ -55,6 +55,25 @@ def test_a_message_redelivered_after_a_failed_delete_does_not_create_a_second_jo
     assert world.queue.messages == []
 
 
+def test_a_submission_sent_twice_is_one_job_named_by_its_submission_id() -> None:
+    # Given `spotrelay submit`'s message sent twice (an SDK retry after a timeout): two SQS messages, one
+    # submission id; and a plain message with a submission id that is not a UUID
+    world = World()
+    body = json.dumps(spec_dict(name="resnet"))
+    submission = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    world.queue.send(body, submission_id=submission)
+    world.queue.send(body, submission_id=submission)
+    world.queue.send(json.dumps(spec_dict(name="bert")), submission_id="../not-a-uuid")
+    # When the dispatcher runs
+    report = world.dispatch(NO_ROOM)
+    # Then the resent submission is one job, named from the submission id (as `spotrelay submit` printed
+    # it), both its messages are gone, and the other job is named from its message id
+    assert report.received == 3
+    assert sorted(world.store.jobs) == ["bert-msg3", "resnet-0f1e2d3c4b5a"]
+    assert world.queue.messages == []
+    assert world.queue.dlq == []
+
+
 def test_a_duplicate_delivery_of_an_admitted_jobs_message_neither_resets_nor_duplicates_it() -> None:
     # Given a job admitted from a message
     world = World()
