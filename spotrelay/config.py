@@ -39,6 +39,7 @@ ERROR_CHECKPOINT_CORRUPT = "CheckpointCorrupt"  # the agent: the committed check
 # Environment variable names (the settings models' aliases).
 ENV_TABLE = "SPOTRELAY_TABLE"
 ENV_BUCKET = "SPOTRELAY_BUCKET"
+ENV_AGENT_LOG_GROUP = "SPOTRELAY_AGENT_LOG_GROUP"  # where the worker agent ships its log lines
 ENV_QUEUE_URL = "SPOTRELAY_QUEUE_URL"
 ENV_DLQ_URL = "SPOTRELAY_DLQ_URL"
 ENV_STATE_MACHINE_ARN = "SPOTRELAY_STATE_MACHINE_ARN"

@@ -139,9 +139,11 @@ class SchedulerStack(Stack):
         CfnOutput(self, "BucketName", value=self.storage.bucket.bucket_name, description="Checkpoints and the agent")
         CfnOutput(self, "StateMachineArn", value=self.lifecycle.state_machine.state_machine_arn)
         CfnOutput(self, "LaunchTemplateId", value=self.worker.launch_template_id)
-        # `spotrelay submit` wakes the dispatcher; `spotrelay cancel` invokes cancel (spotrelay/aws/stack.py)
+        # What the user commands need (spotrelay/aws/stack.py): submit wakes the dispatcher, cancel invokes
+        # cancel, logs reads the agent log group
         CfnOutput(self, "DispatcherFunctionName", value=functions["dispatcher"].function_name)
         CfnOutput(self, "CancelFunctionName", value=functions["cancel"].function_name)
+        CfnOutput(self, "AgentLogGroupName", value=self.worker.log_group.log_group_name, description="spotrelay logs")
 
 
 def build_scheduler(app: App, config: SpotRelayConfig) -> SchedulerStack:

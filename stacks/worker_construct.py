@@ -23,13 +23,12 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from spotrelay.agent import AGENT_UNIT_NAME, systemd_unit
-from spotrelay.config import ENV_BUCKET, ENV_TABLE
+from spotrelay.config import ENV_AGENT_LOG_GROUP, ENV_BUCKET, ENV_TABLE
 from stacks.config import SpotRelayConfig
 from stacks.storage_construct import AGENT_PREFIX, CHECKPOINT_PREFIX
 from stacks.suppressions import acknowledge, acknowledge_wildcard_resources
 
 AGENT_LOG_GROUP_NAME = "/spotrelay/agent"
-ENV_AGENT_LOG_GROUP = "SPOTRELAY_AGENT_LOG_GROUP"
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 AMIs
 AGENT_UNIT = AGENT_UNIT_NAME
 TASK_TOKEN_ACTIONS = ("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat")
@@ -171,8 +170,9 @@ def _agent_user_data(*, table: dynamodb.ITable, bucket: s3.IBucket) -> ec2.UserD
         "python3.11 -m venv /opt/spotrelay/venv",
         # The wheel file itself, never the name "spotrelay": a package of that name on PyPI must not win.
         "wheel=$(ls /opt/spotrelay/wheels/spotrelay-*.whl | sort -V | tail -n 1)",
-        # with the [aws] extra: the agent needs boto3, which the DLAMI's system Python does not lend a venv
-        '/opt/spotrelay/venv/bin/pip install --quiet --find-links /opt/spotrelay/wheels "${wheel}[aws]"',
+        # with the [aws] extra: the agent needs boto3, which the DLAMI's system Python does not lend a venv;
+        # [agent]: watchtower, which ships its log lines to the log group
+        '/opt/spotrelay/venv/bin/pip install --quiet --find-links /opt/spotrelay/wheels "${wheel}[aws,agent]"',
         f"cat > /etc/systemd/system/{AGENT_UNIT} <<'UNIT'",
         *systemd_unit(
             {

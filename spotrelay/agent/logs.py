@@ -1,7 +1,8 @@
 """Structured logs: one JSON object per line on stdout, each carrying the job id and attempt.
 
-systemd sends the agent's stdout to the journal, from which the instance ships it to CloudWatch
-Logs. A line looks like
+systemd sends the agent's stdout to the journal; with a log group (`--log-group`, which the worker's
+unit sets to the stack's), the same lines also go to CloudWatch Logs, one stream per attempt named
+`<job id>/<attempt>`, where `spotrelay logs JOB_ID` reads them. A line looks like
 
     {"time": "2026-11-30T12:00:05.123Z", "level": "INFO", "message": "checkpoint committed",
      "job_id": "job-1", "attempt": 2, "seq": 3, "uploaded_files": 1, ...}
@@ -59,4 +60,34 @@ def configure_json_logging(stream: TextIO | None = None, level: int = logging.IN
     logger.handlers[:] = [handler]
     logger.setLevel(level)
     logger.propagate = False
+    return handler
+
+
+# Batches leave at most this often (watchtower's send_interval): `spotrelay logs --follow` lags by about as much.
+SHIP_INTERVAL_SECONDS = 5
+
+
+def attempt_log_stream(job_id: str, attempt: int) -> str:
+    """The attempt's CloudWatch Logs stream (job ids are [A-Za-z0-9_-], so no ':' or '*' in it)."""
+    return f"{job_id}/{attempt:05d}"
+
+
+def ship_to_cloudwatch(
+    client: Any, log_group: str, stream: str, logger: logging.Logger | None = None
+) -> logging.Handler:
+    """Send the agent's log lines (the job's output among them) to `log_group`/`stream` too, in batches
+    from a background thread (watchtower); returns the handler, whose close() sends what is left. The log
+    group is the stack's: never created here. Failures to deliver are warnings, never the job's problem.
+    `logger`: the agent's (spotrelay.agent) unless given."""
+    import watchtower
+
+    handler = watchtower.CloudWatchLogHandler(
+        log_group_name=log_group,
+        log_stream_name=stream,
+        boto3_client=client,
+        send_interval=SHIP_INTERVAL_SECONDS,
+        create_log_group=False,
+    )
+    handler.setFormatter(JsonLineFormatter())
+    (logger or logging.getLogger(LOGGER_NAME)).addHandler(handler)
     return handler

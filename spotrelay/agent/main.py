@@ -5,7 +5,9 @@ read from IMDS (the launch template enables instance tags in metadata). Names: `
 or `SPOTRELAY_BUCKET`/`SPOTRELAY_TABLE` (the unit's environment; not secrets). Region: `--region`,
 `AWS_REGION`/`AWS_DEFAULT_REGION`, else IMDS `placement/region`. The task token is read from the
 attempt record in DynamoDB, never from user data. Credentials are the instance profile's (boto3's
-default chain); `AWS_ENDPOINT_URL` points every client at another endpoint (moto in tests).
+default chain); `AWS_ENDPOINT_URL` points every client at another endpoint (moto in tests). Logs:
+JSON lines on stdout, and with `--log-group` (`SPOTRELAY_AGENT_LOG_GROUP`) in CloudWatch Logs as well,
+in the attempt's stream (spotrelay.agent.logs).
 """
 
 from __future__ import annotations
@@ -16,14 +18,19 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.agent.agent import STANDBY_WAIT_SECONDS, Agent, AgentError, AgentSettings
 from spotrelay.agent.imds import DEFAULT_ENDPOINT, ImdsClient, ImdsError
-from spotrelay.agent.logs import JobLogger, configure_json_logging
+from spotrelay.agent.logs import JobLogger, attempt_log_stream, configure_json_logging, ship_to_cloudwatch
 from spotrelay.agent.state import DEFAULT_STATE_DIR
 from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
+
+if TYPE_CHECKING:
+    import boto3
+    from botocore.config import Config
 
 IDENTITY_WAIT_SECONDS = 60.0
 
@@ -44,6 +51,7 @@ class AgentOptions(BaseModel):
     state_dir: Path = DEFAULT_STATE_DIR
     checkpoint_dir: Path | None = None
     previous_checkpoint_wait_seconds: float = 150.0
+    log_group: str | None = None  # CloudWatch Logs group for the agent's lines (spotrelay.agent.logs)
 
 
 class IdentityError(Exception):
@@ -72,10 +80,6 @@ def run_agent(options: AgentOptions) -> int:
     import boto3
     from botocore.config import Config
 
-    from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
-    from spotrelay.aws.checkpoints import S3CheckpointStorage
-    from spotrelay.aws.store import DynamoJobStore
-
     configure_json_logging()
     imds = ImdsClient(options.imds_endpoint)
     if options.job_id is not None and options.attempt is not None:
@@ -95,6 +99,34 @@ def run_agent(options: AgentOptions) -> int:
             log.warning("no region from IMDS", extra={"error": str(e)})
     config = Config(region_name=region, retries={"mode": "standard", "max_attempts": 10})
     session = boto3.session.Session()
+    shipper = None
+    if options.log_group:
+        stream = attempt_log_stream(job_id, attempt)
+        try:
+            shipper = ship_to_cloudwatch(session.client("logs", config=config), options.log_group, stream)
+        except ImportError as e:  # an agent installed without the [agent] extra still runs the job
+            log.warning("log lines stay in the journal: no watchtower", extra={"error": str(e)})
+    try:
+        return _run(options, log, imds, job_id, attempt, region, session, config)
+    finally:
+        if shipper is not None:
+            shipper.close()  # what is still queued goes out before the agent exits
+
+
+def _run(
+    options: AgentOptions,
+    log: JobLogger,
+    imds: ImdsClient,
+    job_id: str,
+    attempt: int,
+    region: str | None,
+    session: boto3.session.Session,
+    config: Config,
+) -> int:
+    from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
+    from spotrelay.aws.checkpoints import S3CheckpointStorage
+    from spotrelay.aws.store import DynamoJobStore
+
     agent = Agent(
         job_id=job_id,
         attempt=attempt,

@@ -1,5 +1,5 @@
 """A deployed stack as a user's machine reaches it: the stack's outputs, and the job commands on them
-(`spotrelay submit / status / ls / cancel`).
+(`spotrelay submit / status / ls / logs / cancel`).
 
 Everything is found from the CloudFormation stack's outputs (one DescribeStacks), so a user needs only the
 stack's name (`SpotRelay` unless `cdk deploy` was given another), credentials and the region. Against
@@ -9,13 +9,19 @@ stack's name (`SpotRelay` unless `cdk deploy` was given another), credentials an
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
 
+from spotrelay.agent.logs import attempt_log_stream
+from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.wakeup import WAKEUP_SOURCE
 from spotrelay.control.dispatcher import job_id_for
@@ -23,45 +29,70 @@ from spotrelay.control.ports import NotFoundError
 from spotrelay.models import Attempt, Job, JobSpec
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_logs import CloudWatchLogsClient
     from mypy_boto3_sqs import SQSClient
 
 DEFAULT_STACK = "SpotRelay"
 
-# output key -> DeployedStack field (stacks/scheduler_stack.py declares them)
-OUTPUTS = {
-    "QueueUrl": "queue_url",
-    "TableName": "table_name",
-    "DispatcherFunctionName": "dispatcher_function",
-    "CancelFunctionName": "cancel_function",
-}
+# What each command needs from the stack's outputs (stacks/scheduler_stack.py declares them): a command
+# works on a stack deployed before an output it does not need existed.
+QUEUE_URL = "QueueUrl"
+TABLE_NAME = "TableName"
+DISPATCHER_FUNCTION = "DispatcherFunctionName"
+CANCEL_FUNCTION = "CancelFunctionName"
+AGENT_LOG_GROUP = "AgentLogGroupName"
+
+# Exit statuses: the user's input is wrong (an unknown stack or job, a bad option; retrying will not
+# help), or AWS failed or refused (retrying may).
+USAGE = 2
+UNAVAILABLE = 1
+
+# The Lambda invocations wait longer than the cancel function may run (60 s), and are never retried by
+# the SDK: a retry after a read timeout would cancel twice and report "had already ended".
+LAMBDA_CONFIG = Config(read_timeout=90, retries={"total_max_attempts": 1})
 
 
 class StackError(RuntimeError):
-    """The stack or a job cannot be reached or read (the message says which, and why)."""
+    """The stack or a job cannot be reached or read: the message says which and why, `code` is the exit
+    status (USAGE or UNAVAILABLE)."""
+
+    def __init__(self, message: str, code: int = UNAVAILABLE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
 class DeployedStack:
     name: str
-    queue_url: str
-    table_name: str
-    dispatcher_function: str
-    cancel_function: str
+    region: str
+    status: str
+    outputs: Mapping[str, str]
+
+    def output(self, key: str) -> str:
+        value = self.outputs.get(key)
+        if not value:
+            state = "" if self.status.endswith("_COMPLETE") and "ROLLBACK" not in self.status else f" ({self.status})"
+            raise StackError(
+                f"stack {self.name}{state} has no output {key}: deploy this version of spotrelay (cdk deploy)", USAGE
+            )
+        return value
 
 
 def deployed_stack(cloudformation: Any, name: str) -> DeployedStack:
-    """The stack's outputs; a StackError names the stack, or the output an older deployment lacks."""
+    """The stack's outputs, as DescribeStacks gives them; a StackError names the stack and the region."""
+    region = getattr(getattr(cloudformation, "meta", None), "region_name", None) or "?"
     try:
         stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
     except (ClientError, BotoCoreError) as e:
-        raise StackError(f"cannot read stack {name}: {_why(e)}") from None
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", []) if "OutputKey" in o}
-    missing = [key for key in OUTPUTS if not outputs.get(key)]
-    if missing:
+        missing = isinstance(e, ClientError) and "does not exist" in str(e)
         raise StackError(
-            f"stack {name} has no output {', '.join(missing)}: deploy this version of spotrelay (cdk deploy)"
-        )
-    return DeployedStack(name=name, **{field: outputs[key] for key, field in OUTPUTS.items()})
+            f"cannot read stack {name} in {region}: {_why(e)}", USAGE if missing else UNAVAILABLE
+        ) from None
+    stack = stacks[0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", []) if "OutputKey" in o}
+    return DeployedStack(name=name, region=region, status=str(stack.get("StackStatus", "")), outputs=outputs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +102,21 @@ class Submitted:
     queue_url: str
     dispatcher_woken: bool
     wake_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line the worker agent shipped (spotrelay.agent.logs): `record` is its JSON object (the job's
+    own output has message "job output" and the text in `line`)."""
+
+    event_id: str
+    timestamp_ms: int
+    stream: str
+    record: dict[str, Any]
+
+    @property
+    def is_job_output(self) -> bool:
+        return self.record.get("message") == "job output"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +141,20 @@ class JobStatus:
 class JobsClient:
     """The job commands on a deployed stack."""
 
-    def __init__(self, stack: DeployedStack, *, sqs: SQSClient, lambda_: Any, store: DynamoJobStore) -> None:
+    def __init__(
+        self,
+        stack: DeployedStack,
+        *,
+        sqs: SQSClient,
+        lambda_: LambdaClient,
+        logs: CloudWatchLogsClient,
+        dynamodb: DynamoDBClient,
+    ) -> None:
         self.stack = stack
         self.sqs = sqs
         self.lambda_ = lambda_
-        self.store = store
+        self.logs = logs
+        self.dynamodb = dynamodb
 
     @classmethod
     def connect(cls, stack_name: str, *, region: str | None = None, endpoint_url: str | None = None) -> JobsClient:
@@ -110,61 +165,143 @@ class JobsClient:
             return cls(
                 stack,
                 sqs=session.client("sqs", **kwargs),
-                lambda_=session.client("lambda", **kwargs),
-                store=DynamoJobStore(stack.table_name, session.client("dynamodb", **kwargs)),
+                lambda_=session.client("lambda", config=LAMBDA_CONFIG, **kwargs),
+                logs=session.client("logs", **kwargs),
+                dynamodb=session.client("dynamodb", **kwargs),
             )
+        except ValueError as e:  # botocore's answer to an endpoint URL it cannot use
+            raise StackError(f"--endpoint-url {endpoint_url}: {e}", USAGE) from None
         except BotoCoreError as e:  # no region, no credentials, an endpoint that does not answer
             raise StackError(f"cannot reach stack {stack_name}: {e}") from None
 
+    @property
+    def store(self) -> DynamoJobStore:
+        return DynamoJobStore(self.stack.output(TABLE_NAME), self.dynamodb)
+
     def submit(self, spec: JobSpec, *, wake: bool = True) -> Submitted:
-        """Send the job to the queue, as `aws sqs send-message` would, then wake the dispatcher so it is
-        admitted now rather than when the queue-depth alarm or the 5-minute schedule runs it."""
-        body = spec.model_dump_json(exclude_unset=True)
+        """Send the job to the queue, as `aws sqs send-message` would, with a submission id the dispatcher
+        names the job by (a message the SDK sends twice is one job); then wake the dispatcher so the job
+        is admitted now rather than when the queue-depth alarm or the 5-minute schedule runs it."""
+        queue_url = self.stack.output(QUEUE_URL)
+        submission_id = str(uuid.uuid4())
         try:
-            message_id = self.sqs.send_message(QueueUrl=self.stack.queue_url, MessageBody=body)["MessageId"]
+            message_id = self.sqs.send_message(
+                QueueUrl=queue_url,
+                MessageBody=spec.model_dump_json(exclude_unset=True),
+                MessageAttributes={SUBMISSION_ATTRIBUTE: {"DataType": "String", "StringValue": submission_id}},
+            )["MessageId"]
         except (ClientError, BotoCoreError) as e:
-            raise StackError(f"cannot send the job to {self.stack.queue_url}: {_why(e)}") from None
-        job_id = job_id_for(spec.name, message_id)
-        if not wake:
-            return Submitted(job_id, message_id, self.stack.queue_url, dispatcher_woken=False)
+            raise StackError(f"cannot send the job to {queue_url}: {_why(e)}") from None
+        job_id = job_id_for(spec.name, submission_id)
+        dispatcher = self.stack.outputs.get(DISPATCHER_FUNCTION)
+        if not wake or not dispatcher:
+            why = None if not wake else f"stack {self.stack.name} has no output {DISPATCHER_FUNCTION}"
+            return Submitted(job_id, message_id, queue_url, dispatcher_woken=False, wake_error=why)
         payload = json.dumps({"source": WAKEUP_SOURCE, "reason": f"submitted {job_id}"}).encode()
         try:
-            self.lambda_.invoke(FunctionName=self.stack.dispatcher_function, InvocationType="Event", Payload=payload)
+            self.lambda_.invoke(FunctionName=dispatcher, InvocationType="Event", Payload=payload)
         except (ClientError, BotoCoreError) as e:
-            return Submitted(job_id, message_id, self.stack.queue_url, dispatcher_woken=False, wake_error=_why(e))
-        return Submitted(job_id, message_id, self.stack.queue_url, dispatcher_woken=True)
+            return Submitted(job_id, message_id, queue_url, dispatcher_woken=False, wake_error=_why(e))
+        return Submitted(job_id, message_id, queue_url, dispatcher_woken=True)
 
     def status(self, job_id: str) -> JobStatus:
+        store = self.store
         try:
-            job, _ = self.store.get_job(job_id)
-            return JobStatus(job=job, attempts=self.store.attempts(job_id))
+            job, _ = store.get_job(job_id)
+            return JobStatus(job=job, attempts=store.attempts(job_id))
         except NotFoundError:
-            raise StackError(f"no job {job_id} in stack {self.stack.name} (`spotrelay ls --all` lists them)") from None
+            raise StackError(
+                f"no job {job_id} in stack {self.stack.name}: not submitted there, or still in the queue (the "
+                "dispatcher records a job when it next runs, within 5 minutes; `spotrelay ls --all` lists them)",
+                USAGE,
+            ) from None
+        except ValidationError as e:
+            raise _other_version(f"job {job_id}", e) from None
         except (ClientError, BotoCoreError) as e:
             raise StackError(f"cannot read job {job_id}: {_why(e)}") from None
 
     def jobs(self, *, ended: bool = False) -> list[Job]:
         """Queued and live jobs, oldest first; with `ended`, every job in the table (a scan)."""
+        store = self.store
         try:
-            jobs = self.store.all_jobs() if ended else [*self.store.queued_jobs(10_000), *self.store.active_jobs()]
+            found = store.all_jobs() if ended else [*store.queued_jobs(10_000), *store.active_jobs()]
+        except ValidationError as e:
+            raise _other_version("a job", e) from None
         except (ClientError, BotoCoreError) as e:
             raise StackError(f"cannot list the jobs of stack {self.stack.name}: {_why(e)}") from None
-        return sorted(jobs, key=lambda job: (job.submitted_at, job.job_id))
+        # The index lags the table: a job moving from QUEUED on may be read under both partitions.
+        latest: dict[str, Job] = {}
+        for job in found:
+            if job.job_id not in latest or job.updated_at > latest[job.job_id].updated_at:
+                latest[job.job_id] = job
+        return sorted(latest.values(), key=lambda job: (job.submitted_at, job.job_id))
+
+    def log_lines(self, job_id: str, *, attempt: int | None = None, since_ms: int | None = None) -> list[LogLine]:
+        """The job's log lines (one attempt's, with `attempt`) from `since_ms` on, oldest first.
+
+        The job's streams are listed first (`<job id>/<attempt>`, by prefix), then read by name, at most
+        100 a call (FilterLogEvents' limit), rather than filtered by prefix: moto ignores that filter."""
+        group = self.stack.output(AGENT_LOG_GROUP)
+        prefix = attempt_log_stream(job_id, attempt) if attempt is not None else f"{job_id}/"
+        lines: list[LogLine] = []
+        try:
+            streams = [
+                stream["logStreamName"]
+                for page in self.logs.get_paginator("describe_log_streams").paginate(
+                    logGroupName=group, logStreamNamePrefix=prefix
+                )
+                for stream in page.get("logStreams", [])
+                if stream.get("logStreamName", "").startswith(prefix)
+            ]
+            for at in range(0, len(streams), 100):
+                query: dict[str, Any] = {"logGroupName": group, "logStreamNames": streams[at : at + 100]}
+                if since_ms is not None:
+                    query["startTime"] = since_ms
+                for page in self.logs.get_paginator("filter_log_events").paginate(**query):
+                    lines.extend(
+                        LogLine(
+                            event_id=event.get("eventId", ""),
+                            timestamp_ms=event.get("timestamp", 0),
+                            stream=event.get("logStreamName", ""),
+                            record=_record(event.get("message", "")),
+                        )
+                        for event in page.get("events", [])
+                    )
+        except (ClientError, BotoCoreError) as e:
+            raise StackError(f"cannot read the logs of job {job_id}: {_why(e)}") from None
+        # stable: a stream's lines keep their order within a millisecond
+        return sorted(lines, key=lambda line: (line.timestamp_ms, line.stream))
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Run the stack's cancel function on the job and return what it answered."""
+        function = self.stack.output(CANCEL_FUNCTION)
         self.status(job_id)  # an unknown job is the user's mistake: say so before invoking anything
         try:
-            answer = self.lambda_.invoke(
-                FunctionName=self.stack.cancel_function, Payload=json.dumps({"job_id": job_id}).encode()
-            )
+            answer = self.lambda_.invoke(FunctionName=function, Payload=json.dumps({"job_id": job_id}).encode())
             payload = json.loads(answer["Payload"].read() or b"null")
         except (ClientError, BotoCoreError) as e:
-            raise StackError(f"cannot invoke {self.stack.cancel_function}: {_why(e)}") from None
+            raise StackError(f"cannot invoke {function}: {_why(e)}") from None
         if answer.get("FunctionError") or not isinstance(payload, dict):
             detail = payload.get("errorMessage", payload) if isinstance(payload, dict) else payload
-            raise StackError(f"{self.stack.cancel_function} failed on job {job_id}: {detail}")
+            raise StackError(f"{function} failed on job {job_id}: {detail}")
         return payload
+
+
+def _other_version(what: str, error: ValidationError) -> StackError:
+    problems = error.errors()
+    detail = f"{'.'.join(str(p) for p in problems[0]['loc'])}: {problems[0]['msg']}" if problems else str(error)
+    return StackError(
+        f"the record of {what} does not read as this version of spotrelay's ({detail}): "
+        "use the spotrelay version the stack was deployed with"
+    )
+
+
+def _record(message: str) -> dict[str, Any]:
+    try:
+        record = json.loads(message)
+    except json.JSONDecodeError:
+        record = None
+    return record if isinstance(record, dict) else {"message": message}
 
 
 def _why(error: Exception) -> str:

@@ -13,7 +13,7 @@ from rich.table import Table
 from spotrelay.catalog import INSTANCE_TYPES
 from spotrelay.cli import jobs
 from spotrelay.cli.console import err, fail, out, tables
-from spotrelay.config import ENV_BUCKET, ENV_TABLE
+from spotrelay.config import ENV_AGENT_LOG_GROUP, ENV_BUCKET, ENV_TABLE
 from spotrelay.market import PriceFileError, load_advisor_bands, load_prices
 from spotrelay.models import JobSpecError, Market, Pool, load_job_spec
 from spotrelay.policy import InterruptionModel, Placement, place
@@ -36,6 +36,7 @@ def root() -> None:
 app.command("submit")(jobs.submit_command)
 app.command("status")(jobs.status_command)
 app.command("ls")(jobs.ls_command)
+app.command("logs")(jobs.logs_command)
 app.command("cancel")(jobs.cancel_command)
 
 
@@ -150,6 +151,12 @@ def agent_command(
     ] = None,
     bucket: Annotated[str | None, typer.Option("--bucket", envvar=ENV_BUCKET, help="the checkpoint bucket")] = None,
     table: Annotated[str | None, typer.Option("--table", envvar=ENV_TABLE, help="the job table")] = None,
+    log_group: Annotated[
+        str | None,
+        typer.Option(
+            "--log-group", envvar=ENV_AGENT_LOG_GROUP, help="CloudWatch Logs group for the log lines too (the stack's)"
+        ),
+    ] = None,
     imds_endpoint: Annotated[
         str, typer.Option("--imds-endpoint", help="instance metadata service (IMDSv2); a local stub in tests")
     ] = "http://169.254.169.254",
@@ -218,7 +225,8 @@ def agent_command(
        to --standby-wait-seconds to be handed the job.
 
     \b
-    Logs are JSON lines on stdout, each with job_id and attempt. A
+    Logs are JSON lines on stdout, each with job_id and attempt, and
+    with --log-group in CloudWatch Logs too (`spotrelay logs` reads them). A
     restarted agent re-attaches to the running job (state in --state-dir)
     and never runs it twice; one whose outcome is reported does nothing.
     Exit status 0 once the outcome is reported (or when asked to stop,
@@ -245,6 +253,7 @@ def agent_command(
             previous_checkpoint_wait_seconds=previous_checkpoint_wait,
             migrate_poll_seconds=migrate_poll_seconds,
             standby_wait_seconds=standby_wait_seconds,
+            log_group=log_group,
         )
     )
     raise typer.Exit(code)

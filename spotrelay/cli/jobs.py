@@ -1,4 +1,4 @@
-"""`spotrelay submit / status / ls / cancel`: a user's jobs on a deployed stack (spotrelay.aws.stack).
+"""`spotrelay submit / status / ls / logs / cancel`: a user's jobs on a deployed stack (spotrelay.aws.stack).
 
 The commands are plain functions; spotrelay.cli.app registers them. boto3 is imported when one runs.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -14,12 +15,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Column, Table
 
+from spotrelay.agent.logs import SHIP_INTERVAL_SECONDS
 from spotrelay.cli.console import err, fail, out, tables
 from spotrelay.models import JobSpecError, load_job_spec
 
 if TYPE_CHECKING:
     from spotrelay.aws.stack import JobsClient, JobStatus
     from spotrelay.models import Job
+
+# How often `logs --follow` asks for new lines (the agent sends a batch every 5 s, spotrelay.agent.logs).
+FOLLOW_POLL_SECONDS = 2.0
+FOLLOW_LOOKBACK_MS = 60_000
+_LOG_FIELDS = {"time", "level", "message", "job_id", "attempt"}
 
 StackOption = Annotated[
     str, typer.Option("--stack", envvar="SPOTRELAY_STACK", help="the CloudFormation stack `cdk deploy` made")
@@ -42,7 +49,7 @@ def connect(stack: str, region: str | None, endpoint_url: str | None) -> JobsCli
     try:
         return JobsClient.connect(stack, region=region, endpoint_url=endpoint_url)
     except StackError as e:
-        fail(str(e))
+        fail(str(e), e.code)
 
 
 def submit_command(
@@ -73,13 +80,14 @@ def submit_command(
     try:
         submitted = client.submit(spec, wake=wake)
     except StackError as e:
-        fail(str(e))
+        fail(str(e), e.code)
     if as_json:
         answer = {
             "job_id": submitted.job_id,
             "message_id": submitted.message_id,
             "queue_url": submitted.queue_url,
             "dispatcher_woken": submitted.dispatcher_woken,
+            "wake_error": submitted.wake_error,
         }
         sys.stdout.write(json.dumps(answer) + "\n")
     else:
@@ -106,7 +114,7 @@ def status_command(
     try:
         status = client.status(job_id)
     except StackError as e:
-        fail(str(e))
+        fail(str(e), e.code)
     now = datetime.now(UTC)
     if as_json:
         answer = {
@@ -136,14 +144,15 @@ def ls_command(
     try:
         jobs = client.jobs(ended=ended)
     except StackError as e:
-        fail(str(e))
+        fail(str(e), e.code)
     if as_json:
         sys.stdout.write(json.dumps([job_row(job) for job in jobs], indent=2) + "\n")
         return
     if not jobs:
         err.print("no jobs" if ended else "no queued or live jobs (`--all` lists ended ones too)", markup=False)
         return
-    table = Table(Column("job", no_wrap=True), "state", "done", "attempts", "interrupted", "cost $", "submitted")
+    # cost_usd counts ended attempts; `status` adds the live instance's
+    table = Table(Column("job", no_wrap=True), "state", "done", "attempts", "interrupted", "ended $", "submitted")
     for job in jobs:
         table.add_row(
             job.job_id,
@@ -155,6 +164,58 @@ def ls_command(
             f"{job.submitted_at.astimezone(UTC):%m-%d %H:%M}",
         )
     tables().print(table)
+
+
+def logs_command(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")],
+    stack: StackOption = "SpotRelay",
+    region: RegionOption = None,
+    endpoint_url: EndpointOption = None,
+    attempt: Annotated[int | None, typer.Option("--attempt", min=1, help="one attempt's lines only")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")] = False,
+    job_output: Annotated[bool, typer.Option("--job-output", help="the job's own output only")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the agent's JSON lines as they are")] = False,
+) -> None:
+    """The job's output and its agents' lines (checkpoints, notices, outcome), from CloudWatch Logs, in
+    time order across its attempts; the job's own lines are printed as it wrote them."""
+    from spotrelay.aws.stack import StackError
+
+    client = connect(stack, region, endpoint_url)
+    seen: set[str] = set()
+    since: int | None = None
+    followed_live = False
+    try:
+        while True:
+            ended = client.status(job_id).job.state.is_terminal  # read first: no line written before the end is missed
+            if ended and followed_live:
+                # It ended while we followed: its agent sends its last batch as it exits, just after.
+                time.sleep(SHIP_INTERVAL_SECONDS + FOLLOW_POLL_SECONDS)
+                followed_live = False
+            for line in client.log_lines(job_id, attempt=attempt, since_ms=since):
+                if line.event_id in seen:
+                    continue
+                seen.add(line.event_id)
+                # Ask again from a minute before the latest line: another attempt's agent (a standby's, at a
+                # handover) may send older lines in a later batch. The seen ids drop the repeats.
+                since = max(since or 0, line.timestamp_ms - FOLLOW_LOOKBACK_MS)
+                if job_output and not line.is_job_output:
+                    continue
+                if as_json:
+                    sys.stdout.write(json.dumps(line.record) + "\n")
+                else:
+                    out.print(log_text(line.record), markup=False, highlight=False, soft_wrap=True)
+            if not follow or (ended and not followed_live):
+                if not seen:
+                    err.print(
+                        f"no log lines for {job_id} yet: its agent ships them once an instance runs it", markup=False
+                    )
+                return
+            followed_live = not ended
+            time.sleep(FOLLOW_POLL_SECONDS)
+    except StackError as e:
+        fail(str(e), e.code)
+    except KeyboardInterrupt:
+        return
 
 
 def cancel_command(
@@ -171,7 +232,7 @@ def cancel_command(
     try:
         answer = client.cancel(job_id)
     except StackError as e:
-        fail(str(e))
+        fail(str(e), e.code)
     if as_json:
         sys.stdout.write(json.dumps(answer) + "\n")
         return
@@ -183,6 +244,17 @@ def cancel_command(
     out.print(f"{job_id} {answer.get('state')}{gone}", markup=False)
 
 
+def log_text(record: dict[str, Any]) -> str:
+    """The job's output as it printed it; an agent line as `[spotrelay 12:00:05 #2] message (key=value ...)`."""
+    if record.get("message") == "job output":
+        return str(record.get("line", ""))
+    details = ", ".join(f"{key}={value}" for key, value in record.items() if key not in _LOG_FIELDS)
+    when = str(record.get("time", ""))[11:19]
+    return f"[spotrelay {when} #{record.get('attempt', '?')}] {record.get('message', '')}" + (
+        f" ({details})" if details else ""
+    )
+
+
 def job_row(job: Job) -> dict[str, Any]:
     return {
         "job_id": job.job_id,
@@ -192,7 +264,7 @@ def job_row(job: Job) -> dict[str, Any]:
         "work_hours": job.spec.work_hours,
         "attempts": job.attempts,
         "interruptions": job.interruptions,
-        "cost_usd": job.cost_usd,
+        "cost_usd": job.cost_usd,  # of the ended attempts
         "submitted_at": job.submitted_at.isoformat(),
         "failure_reason": job.failure_reason,
     }
@@ -214,14 +286,15 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
         since = live.running_at or live.started_at
         lines.append(
             f"  attempt {live.attempt} on {live.pool.instance_type} in {live.pool.availability_zone}, "
-            f"{live.pool.market.value} at ${live.hourly_price:.3f}/h, {instance}, since {since:%H:%M} UTC"
+            f"{live.pool.market.value} at ${live.hourly_price:.3f}/h, {instance}, since {since:%Y-%m-%d %H:%M} UTC"
         )
     work = f"  work {progress(job)} in the last checkpoint"
     if job.spec.work_hours:
         work += f" ({100 * min(1.0, job.work_done_hours / job.spec.work_hours):.0f}%)"
     deadline = job.spec.limits.deadline_hours
     if deadline is not None and not job.state.is_terminal:
-        work += f"; deadline in {deadline - age:.1f} h"
+        left = deadline - age
+        work += f"; deadline in {left:.1f} h" if left >= 0 else f"; deadline passed {-left:.1f} h ago"
     lines.append(work)
     running = status.running_cost(now)
     cost = f"  cost ${job.cost_usd:.2f}" + (f" + about ${running:.2f} on the live instance" if running else "")
@@ -241,7 +314,7 @@ def attempts_table(status: JobStatus) -> Table:
             f"{a.hourly_price:.3f}",
             a.instance_id or "-",
             f"{a.started_at:%m-%d %H:%M}",
-            f"{a.ended_at:%H:%M}" if a.ended_at else "-",
+            f"{a.ended_at:%m-%d %H:%M}" if a.ended_at else "-",
             a.outcome.value if a.outcome else ("standby" if a.handover_from else "live"),
         )
     return table

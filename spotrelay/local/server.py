@@ -102,7 +102,10 @@ def describe(served: ServedStack) -> list[str]:
         f"  export AWS_DEFAULT_REGION={stack.region} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing "
         f"AWS_ENDPOINT_URL={served.endpoint_url}",
         f"  spotrelay submit events/jobs/resnet50.yaml{_stack_option(stack.stack_name)}   # prints the job's id",
-        f"  spotrelay status JOB_ID{_stack_option(stack.stack_name)}; spotrelay ls; spotrelay cancel JOB_ID",
+        *(
+            f"  spotrelay {command}{_stack_option(stack.stack_name)}"
+            for command in ("status JOB_ID", "ls --all", "cancel JOB_ID")
+        ),
         "or with the AWS CLI:",
         f"  aws --endpoint-url {served.endpoint_url} sqs send-message --queue-url {stack.queue_url} "
         "--message-body file://job.json",

@@ -17,7 +17,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from spotrelay.config import ERROR_MIGRATING, TAG_ATTEMPT, TAG_JOB_ID
+from spotrelay.config import ENV_AGENT_LOG_GROUP, ERROR_MIGRATING, TAG_ATTEMPT, TAG_JOB_ID
 
 from .conftest import BUCKET, JOB_ID, REGION, ROLE_ARN, RUN_ONLY, TABLE, World, aws_environment, create_table, job_spec
 from .imds_stub import ImdsStub
@@ -75,9 +75,13 @@ def server_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, imds: ImdsStub
 class AgentProcess:
     """`spotrelay agent` in a child process, its output in a file."""
 
-    def __init__(self, name: str, tmp_path: Path, imds: ImdsStub, *, fast_migrate_poll: bool = False) -> None:
+    def __init__(
+        self, name: str, tmp_path: Path, imds: ImdsStub, *, fast_migrate_poll: bool = False, log_group: str = ""
+    ) -> None:
         self.output = tmp_path / f"{name}.out"
         env = {**os.environ, "SPOTRELAY_TABLE": TABLE, "SPOTRELAY_BUCKET": BUCKET}
+        if log_group:
+            env[ENV_AGENT_LOG_GROUP] = log_group  # as the worker's systemd unit sets it
         with self.output.open("wb") as out:
             self.process = subprocess.Popen(
                 [
@@ -193,3 +197,30 @@ def test_a_restarted_agent_finishes_the_migration_it_had_begun_and_does_not_run_
     # and the job ran once: it was not started again, nor watched to its end
     assert not second.logged("job started")
     assert (control / "runs.log").read_text().splitlines() == ["attempt 1 resumed=0"]
+
+
+def test_the_agent_ships_its_lines_and_the_jobs_output_to_the_attempts_log_stream(
+    server_world: World, imds: ImdsStub, tmp_path: Path
+) -> None:
+    # Given the stack's log group, and an agent told of it running attempt 1 of a job
+    world = server_world
+    logs = boto3.client("logs", region_name=REGION)
+    logs.create_log_group(logGroupName="/spotrelay/agent")
+    command, control = write_job(tmp_path)
+    world.submit(job_spec(command, Path("/not-used")))
+    world.add_attempt(1, world.open_task("run-1"))
+    imds.tags = {TAG_JOB_ID: JOB_ID, TAG_ATTEMPT: "1"}
+    agent = AgentProcess("agent", tmp_path, imds, log_group="/spotrelay/agent")
+    wait_until((control / "ready-1").exists, what="the job to start")
+    # When the job prints its 30 lines and exits 0, and the agent reports it and exits
+    (control / "exit-1").write_text("0")
+    assert agent.wait() == 0
+    # Then the attempt's stream holds every line the agent wrote, the job's output among them, in order:
+    # what was still queued at the exit was sent before it
+    events = logs.get_log_events(logGroupName="/spotrelay/agent", logStreamName=f"{JOB_ID}/00001", startFromHead=True)
+    shipped = [json.loads(event["message"]) for event in events["events"]]
+    assert [line["message"] for line in shipped] == [line["message"] for line in agent.lines()]
+    output = [line["line"] for line in shipped if line["message"] == "job output"]
+    assert output == ["attempt 1 started", *(f"line {i} of attempt 1" for i in range(30))]
+    assert shipped[-1]["message"] == "agent done"
+    assert all(line["job_id"] == JOB_ID and line["attempt"] == 1 for line in shipped)

@@ -161,8 +161,9 @@ def test_user_data_installs_the_agent_wheel_and_starts_the_unit_without_job_data
     # The job id and attempt come from instance tags through IMDS, never from user data
     assert "job-id" not in script
     assert "attempt=" not in script
-    # The agent needs boto3 (the [aws] extra), and an agent crash must not kill the job it re-attaches to
-    assert '"${wheel}[aws]"' in script
+    # The agent needs boto3 (the [aws] extra) and watchtower to ship its logs ([agent]), and an agent crash
+    # must not kill the job it re-attaches to
+    assert '"${wheel}[aws,agent]"' in script
     assert "KillMode=process" in script
     assert "KillMode=mixed" not in script
 
@@ -254,6 +255,10 @@ def test_dashboard_and_outputs_exist(synthesized: Synthesized) -> None:
     functions = synthesized.stack.functions.functions
     for output, function in (("DispatcherFunctionName", "dispatcher"), ("CancelFunctionName", "cancel")):
         assert render(outputs[output]["Value"]) == f"<{synthesized.logical_id(functions[function])}>"
+    assert (
+        render(outputs["AgentLogGroupName"]["Value"])
+        == f"<{synthesized.logical_id(synthesized.stack.worker.log_group)}>"
+    )
 
 
 def test_every_taggable_resource_is_tagged_project_spotrelay(synthesized: Synthesized) -> None:

@@ -1,14 +1,17 @@
-"""`spotrelay submit / status / ls / cancel` against the deployed stack (in moto, the handlers in-process, on
+"""`spotrelay submit / status / ls / logs / cancel` against the deployed stack (in moto, the handlers in-process, on
 the virtual clock), found by the stack's name alone, as a user runs them after `cdk deploy`."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
+from spotrelay.agent.logs import JobLogger, attempt_log_stream, ship_to_cloudwatch
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.cli import app
 from spotrelay.config import TAG_JOB_ID
@@ -105,10 +108,56 @@ def test_an_invalid_job_is_refused_before_anything_is_sent(
 def test_an_unknown_job_or_stack_is_a_one_line_error(runtime: LocalRuntime, clock: VirtualClock) -> None:
     unknown_job = run(clock, "status", "nope-123")
     assert unknown_job.exit_code == 2
-    assert unknown_job.stderr.strip() == "error: no job nope-123 in stack SpotRelay (`spotrelay ls --all` lists them)"
+    assert unknown_job.stderr.startswith("error: no job nope-123 in stack SpotRelay: not submitted there, or still in")
     cancelled = run(clock, "cancel", "nope-123")
     assert cancelled.exit_code == 2
     assert "no job nope-123" in cancelled.stderr
     unknown_stack = run(clock, "ls", "--stack", "Elsewhere")
     assert unknown_stack.exit_code == 2
-    assert unknown_stack.stderr.startswith("error: cannot read stack Elsewhere: ")
+    assert unknown_stack.stderr.startswith("error: cannot read stack Elsewhere in us-east-1: ")
+
+
+def test_logs_prints_the_jobs_output_as_written_and_the_agents_lines_across_attempts(
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    agent_logger = logging.getLogger("test_cli_jobs.agent")  # the agent's lines, as its logger makes them
+    monkeypatch.setattr(agent_logger, "level", logging.INFO)
+    monkeypatch.setattr(agent_logger, "propagate", False)
+    # Given two attempts' agents that shipped their lines to the stack's log group (the agent's own code)
+    group = deployed(runtime).outputs["AgentLogGroupName"]
+    shipped = ((job_id, 1, ["epoch 1 loss 0.91"]), (job_id, 2, ["resumed at epoch 2", "epoch 2 loss 0.55"]))
+    another_job = (f"{job_id}0", 1, ["another job's line"])  # its id starts with this one's
+    for job, attempt, lines in (*shipped, another_job):
+        stream = attempt_log_stream(job, attempt)
+        handler = ship_to_cloudwatch(runtime.client("logs"), group, stream, logger=agent_logger)
+        log = JobLogger(job, attempt, agent_logger)
+        try:
+            log.info("job started", extra={"pid": 100 + attempt})
+            for line in lines:
+                log.info("job output", extra={"line": line})
+        finally:
+            handler.close()
+            agent_logger.removeHandler(handler)
+    # When the user asks for the job's logs
+    result = run(clock, "logs", job_id)
+    assert result.exit_code == 0, result.output
+    printed = result.stdout.splitlines()
+    # Then the job's lines are as it printed them, the agents' lines are marked, attempt by attempt
+    assert [line for line in printed if not line.startswith("[spotrelay ")] == [
+        "epoch 1 loss 0.91",
+        "resumed at epoch 2",
+        "epoch 2 loss 0.55",
+    ]
+    started = [line for line in printed if line.startswith("[spotrelay ")]
+    assert len(started) == 2
+    assert started[0].endswith("#1] job started (pid=101)")
+    assert started[1].endswith("#2] job started (pid=102)")
+    # And --job-output keeps the job's lines only, --attempt one attempt's
+    only_output = run(clock, "logs", job_id, "--job-output", "--attempt", "2")
+    assert only_output.stdout.splitlines() == ["resumed at epoch 2", "epoch 2 loss 0.55"]
+    # And following a job that has ended prints its lines once and returns
+    assert run(clock, "cancel", job_id).exit_code == 0
+    followed = run(clock, "logs", job_id, "--follow", "--job-output")
+    assert followed.exit_code == 0, followed.output
+    assert followed.stdout.splitlines() == ["epoch 1 loss 0.91", "resumed at epoch 2", "epoch 2 loss 0.55"]

@@ -1,41 +1,48 @@
-"""spotrelay.aws.stack without AWS: what an older deployment or a failed wake-up looks like to a user."""
+"""spotrelay.aws.stack without AWS: an older deployment, a refused wake-up, a record of another version."""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
-from spotrelay.aws.stack import DeployedStack, JobsClient, StackError, deployed_stack
-from spotrelay.aws.store import DynamoJobStore
+from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
+from spotrelay.aws.stack import USAGE, DeployedStack, JobsClient, StackError, deployed_stack
 from spotrelay.control.dispatcher import job_id_for
 from spotrelay.models import parse_job_spec
 
-STACK = DeployedStack(
-    name="SpotRelay", queue_url="https://queue", table_name="t", dispatcher_function="d", cancel_function="c"
-)
+OUTPUTS = {
+    "QueueUrl": "https://queue",
+    "TableName": "t",
+    "DispatcherFunctionName": "d",
+    "CancelFunctionName": "c",
+    "AgentLogGroupName": "/spotrelay/agent",
+}
 SPEC = parse_job_spec(
     {"name": "train", "run": {"command": "python train.py"}, "resources": {"gpus": 1}, "recovery": "same-pool-first"}
 )
 
 
-class Outputs:
-    def __init__(self, outputs: dict[str, str]) -> None:
+class CloudFormation:
+    def __init__(self, outputs: dict[str, str], status: str = "CREATE_COMPLETE") -> None:
         self.outputs = outputs
+        self.status = status
 
     def describe_stacks(self, StackName: str) -> dict[str, Any]:
-        return {"Stacks": [{"Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in self.outputs.items()]}]}
+        outputs = [{"OutputKey": k, "OutputValue": v} for k, v in self.outputs.items()]
+        return {"Stacks": [{"StackStatus": self.status, "Outputs": outputs}]}
 
 
 class Queue:
     def __init__(self) -> None:
-        self.sent: list[str] = []
+        self.sent: list[dict[str, Any]] = []
 
-    def send_message(self, QueueUrl: str, MessageBody: str) -> dict[str, str]:
-        self.sent.append(MessageBody)
-        return {"MessageId": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"}
+    def send_message(self, **request: Any) -> dict[str, str]:
+        self.sent.append(request)
+        return {"MessageId": "9e8d7c6b-5a49-3827-1605-f4e3d2c1b0a9"}
 
 
 class RefusingLambda:
@@ -43,36 +50,94 @@ class RefusingLambda:
         raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "not allowed"}}, "Invoke")
 
 
-def test_a_stack_deployed_before_the_outputs_existed_is_named_with_what_it_lacks() -> None:
-    older = Outputs({"QueueUrl": "https://queue", "TableName": "t"})
-    with pytest.raises(StackError) as raised:
-        deployed_stack(older, "SpotRelay")
-    assert str(raised.value) == (
-        "stack SpotRelay has no output DispatcherFunctionName, CancelFunctionName: "
-        "deploy this version of spotrelay (cdk deploy)"
-    )
+class Table:
+    """DynamoDB answering GetItem with a job record another version of spotrelay wrote."""
+
+    def get_item(self, **kwargs: Any) -> dict[str, Any]:
+        record = {"job_id": "train-1", "spec": SPEC.model_dump(mode="json"), "priority_boost": 3}
+        record |= {"submitted_at": "2026-11-30T12:00:00Z", "updated_at": "2026-11-30T12:00:00Z"}
+        return {"Item": {"record": {"S": json.dumps(record)}, "version": {"N": "1"}}}
 
 
-def test_the_outputs_name_the_queue_table_and_functions() -> None:
-    outputs = {
-        "QueueUrl": "https://queue",
-        "TableName": "t",
-        "DispatcherFunctionName": "d",
-        "CancelFunctionName": "c",
-        "BucketName": "b",
-    }
-    assert deployed_stack(Outputs(outputs), "SpotRelay") == STACK
+def client(stack: DeployedStack, *, sqs: Any = None, lambda_: Any = None, dynamodb: Any = None) -> JobsClient:
+    return JobsClient(stack, sqs=sqs, lambda_=lambda_, logs=None, dynamodb=dynamodb)  # type: ignore[arg-type]
 
 
-def test_submit_sends_the_spec_the_dispatcher_reads_back_and_survives_a_refused_wake_up() -> None:
+def test_a_stack_deployed_before_an_output_existed_serves_the_commands_that_do_not_need_it() -> None:
+    older = deployed_stack(CloudFormation({"QueueUrl": "https://queue", "TableName": "t"}), "SpotRelay")
     queue = Queue()
-    client = JobsClient(STACK, sqs=queue, lambda_=RefusingLambda(), store=DynamoJobStore("t"))  # type: ignore[arg-type]
-    submitted = client.submit(SPEC)
-    # The message is sent, and it is the same spec once the dispatcher parses it
-    (body,) = queue.sent
-    assert parse_job_spec(json.loads(body)) == SPEC
-    # The job id is the one the dispatcher gives the message
-    assert submitted.job_id == job_id_for("train", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0") == "train-0f1e2d3c4b5a"
+    # submit needs only the queue: it sends, and says why it could not wake the dispatcher
+    submitted = client(older, sqs=queue).submit(SPEC)
+    assert len(queue.sent) == 1
+    assert submitted.wake_error == "stack SpotRelay has no output DispatcherFunctionName"
+    # cancel needs its function: the error names the output, and is the user's to fix (exit 2)
+    with pytest.raises(StackError) as raised:
+        client(older).cancel("train-1")
+    assert str(raised.value) == (
+        "stack SpotRelay has no output CancelFunctionName: deploy this version of spotrelay (cdk deploy)"
+    )
+    assert raised.value.code == USAGE
+
+
+def test_a_stack_that_rolled_back_says_so() -> None:
+    failed = deployed_stack(CloudFormation({}, status="ROLLBACK_COMPLETE"), "SpotRelay")
+    with pytest.raises(StackError, match=r"^stack SpotRelay \(ROLLBACK_COMPLETE\) has no output TableName"):
+        client(failed).jobs()
+
+
+def test_submit_sends_the_spec_the_dispatcher_reads_back_under_its_own_submission_id() -> None:
+    queue = Queue()
+    submitted = client(
+        deployed_stack(CloudFormation(OUTPUTS), "SpotRelay"), sqs=queue, lambda_=RefusingLambda()
+    ).submit(SPEC)
+    (request,) = queue.sent
+    # The message is the same spec once the dispatcher parses it
+    assert parse_job_spec(json.loads(request["MessageBody"])) == SPEC
+    # The job id is the one the dispatcher makes from the submission id (not from the SQS message id)
+    submission_id = request["MessageAttributes"][SUBMISSION_ATTRIBUTE]["StringValue"]
+    assert submitted.job_id == job_id_for("train", submission_id) != job_id_for("train", submitted.message_id)
     # A refused wake-up is reported, not raised: the alarm or the schedule admits the job anyway
     assert not submitted.dispatcher_woken
     assert submitted.wake_error == "AccessDeniedException: not allowed"
+
+
+def test_a_record_written_by_another_version_is_a_one_line_error_naming_the_field() -> None:
+    stack = deployed_stack(CloudFormation(OUTPUTS), "SpotRelay")
+    with pytest.raises(StackError) as raised:
+        client(stack, dynamodb=Table()).status("train-1")
+    assert str(raised.value) == (
+        "the record of job train-1 does not read as this version of spotrelay's (priority_boost: Extra inputs "
+        "are not permitted): use the spotrelay version the stack was deployed with"
+    )
+
+
+class FailingCancel:
+    """Lambda answering the cancel invocation with the function's error envelope."""
+
+    def invoke(self, **kwargs: Any) -> dict[str, Any]:
+        payload = b'{"errorType": "ConflictError", "errorMessage": "job train-1 is no longer at version 3"}'
+        return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": io.BytesIO(payload)}
+
+
+class JobTable:
+    """DynamoDB holding one job (no attempts)."""
+
+    def get_item(self, **kwargs: Any) -> dict[str, Any]:
+        record = {"job_id": "train-1", "spec": SPEC.model_dump(mode="json")}
+        record |= {"submitted_at": "2026-11-30T12:00:00Z", "updated_at": "2026-11-30T12:00:00Z"}
+        return {"Item": {"record": {"S": json.dumps(record)}, "version": {"N": "1"}}}
+
+    def get_paginator(self, name: str) -> Any:
+        class Pages:
+            def paginate(self, **kwargs: Any) -> list[dict[str, Any]]:
+                return [{"Items": []}]
+
+        return Pages()
+
+
+def test_a_cancel_the_function_fails_is_an_error_with_its_message_not_a_result() -> None:
+    stack = deployed_stack(CloudFormation(OUTPUTS), "SpotRelay")
+    with pytest.raises(StackError) as raised:
+        client(stack, lambda_=FailingCancel(), dynamodb=JobTable()).cancel("train-1")
+    assert str(raised.value) == "c failed on job train-1: job train-1 is no longer at version 3"
+    assert raised.value.code != USAGE  # AWS's side: trying again may work
