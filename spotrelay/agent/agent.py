@@ -234,10 +234,10 @@ def _utcnow() -> datetime:
 class _OutputTail:
     """Forwards the job's new log lines to the agent's log."""
 
-    def __init__(self, path: Path, log: JobLogger, from_end: bool) -> None:
+    def __init__(self, path: Path, log: JobLogger, from_end: bool, start: int | None = None) -> None:
         self.path = path
         self.log = log
-        self.offset = path.stat().st_size if from_end and path.exists() else 0
+        self.offset = start if start is not None else path.stat().st_size if from_end and path.exists() else 0
         self.partial = b""
 
     def forward(self, limit: int = OUTPUT_BYTES_PER_TICK) -> None:
@@ -251,6 +251,16 @@ class _OutputTail:
         *lines, self.partial = (self.partial + data).split(b"\n")
         for line in lines:
             self.log.info("job output", extra={"line": line.decode("utf-8", errors="replace")[:4000]})
+
+    def forward_complete_lines(self) -> int:
+        """Forward every complete line written so far; returns the offset of the first byte not forwarded
+        (a line the job is still writing is left for whoever reads on)."""
+        for _ in range(4):  # bounded, as drain
+            before = self.offset
+            self.forward()
+            if self.offset == before:
+                break
+        return self.offset - len(self.partial)
 
     def drain(self) -> None:
         for _ in range(4):  # bounded: at most 16 MiB at the end
@@ -356,6 +366,8 @@ class Agent:
         try:
             return self._run(token)
         except AgentStopped:
+            if self._output is not None:  # what the job printed so far goes out; the next agent goes on from here
+                self._update(output_forwarded=self._output.forward_complete_lines())
             self.log.info("agent stopped; the job keeps running and the next agent re-attaches")
             return AgentResult(outcome=None, checkpoints=tuple(self._results))
         finally:
@@ -396,7 +408,10 @@ class Agent:
         else:
             assert self.state.process is not None
             job = self.runner.attach(self.state.process)
-            self._output = _OutputTail(job.record.log_file, self.log, from_end=True)
+            forwarded = self.state.output_forwarded
+            self._output = _OutputTail(job.record.log_file, self.log, from_end=True, start=forwarded)
+            if forwarded is not None:
+                self._update(output_forwarded=None)  # a crash from here on starts from the end again
             stopping = self.state.notice.reason if self.state.notice is not None else None
             self.log.info("re-attached to the running job", extra={"pid": job.pid, "stopping_for": stopping})
 
@@ -764,6 +779,8 @@ class Agent:
                 job.kill()
                 ended, code = self._wait_for_exit(job, self.settings.kill_wait_seconds)
         self.log.info("the job has stopped", extra={"exit_code": code, "stopped": ended})
+        if self._output is not None:
+            self._output.drain()  # what it printed while saving goes out now, not after the upload
         self._drop_background()
         result = self._final_checkpoint()
         if result is not None:
@@ -806,6 +823,8 @@ class Agent:
             ended, code = self._exit_status(job)
             if ended or time.monotonic() >= deadline:
                 return ended, code
+            if self._output is not None:
+                self._output.forward()  # the job saving at a notice says so as it goes
             time.sleep(EXIT_POLL_SECONDS)
 
     # --- the report ---------------------------------------------------------------------------------

@@ -81,12 +81,23 @@ def ship_to_cloudwatch(
     `logger`: the agent's (spotrelay.agent) unless given."""
     import watchtower
 
+    try:
+        # Here rather than by watchtower, which creates it only after a send fails, dropping what is logged
+        # meanwhile. An agent restarted for the same attempt finds it there.
+        client.create_log_stream(logGroupName=log_group, logStreamName=stream)
+    except client.exceptions.ResourceAlreadyExistsException:
+        pass
+    except Exception as e:  # shipping logs must never stop the job; watchtower tries again
+        logging.getLogger(LOGGER_NAME).warning(
+            "could not create the log stream", extra={"log_group": log_group, "stream": stream, "error": str(e)}
+        )
     handler = watchtower.CloudWatchLogHandler(
         log_group_name=log_group,
         log_stream_name=stream,
         boto3_client=client,
         send_interval=SHIP_INTERVAL_SECONDS,
         create_log_group=False,
+        create_log_stream=True,  # in case the call above failed
     )
     handler.setFormatter(JsonLineFormatter())
     (logger or logging.getLogger(LOGGER_NAME)).addHandler(handler)

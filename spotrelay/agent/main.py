@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -103,7 +104,11 @@ def run_agent(options: AgentOptions) -> int:
     if options.log_group:
         stream = attempt_log_stream(job_id, attempt)
         try:
-            shipper = ship_to_cloudwatch(session.client("logs", config=config), options.log_group, stream)
+            # It gives up on a batch soon (its thread would otherwise block for minutes, queueing lines in
+            # memory next to the training process) and goes on with the next.
+            quick = Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "max_attempts": 3})
+            logs = session.client("logs", config=config.merge(quick))
+            shipper = ship_to_cloudwatch(logs, options.log_group, stream)
         except ImportError as e:  # an agent installed without the [agent] extra still runs the job
             log.warning("log lines stay in the journal: no watchtower", extra={"error": str(e)})
     try:
@@ -145,9 +150,14 @@ def _run(
         ),
     )
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("agent signalled: leaving the job running", extra={"signal": signal.Signals(signum).name})
+    def stop(signal_name: str) -> None:
+        log.info("agent signalled: leaving the job running", extra={"signal": signal_name})
         agent.stop()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        # Not here: the handler interrupts the main thread anywhere, maybe inside a lock that logging (the
+        # CloudWatch handler's queue) or an Event needs, and those locks are not reentrant.
+        threading.Thread(target=stop, args=(signal.Signals(signum).name,), name="agent-stop", daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

@@ -67,6 +67,9 @@ class AgentState(BaseModel):
     notice: NoticeRecord | None = None
     rebalance_handled: str | None = None
     outcome: Outcome | None = None
+    # Bytes of the job's output file forwarded to the log, as an agent that was stopped left it: the
+    # restarted agent goes on from there (after a crash it starts from the end, to never repeat lines).
+    output_forwarded: int | None = None
 
 
 class StateFile:

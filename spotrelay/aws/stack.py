@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.wakeup import WAKEUP_SOURCE
 from spotrelay.control.dispatcher import job_id_for
+from spotrelay.control.lifecycle import on_demand_cost
 from spotrelay.control.ports import NotFoundError
 from spotrelay.models import Attempt, Job, JobSpec
 
@@ -132,7 +133,15 @@ class JobStatus:
 
     def running_cost(self, now: datetime) -> float:
         """What the live attempts have cost so far (the job's cost_usd counts ended attempts only)."""
-        return sum(a.hourly_price * max(0.0, (now - a.started_at).total_seconds()) / 3600 for a in self.live())
+        return sum(a.cost(now) for a in self.live())
+
+    def cost(self, now: datetime) -> float:
+        """Every attempt's instance hours at its price, the live ones up to `now`."""
+        return sum(a.cost(now) for a in self.attempts)
+
+    def on_demand_cost(self, now: datetime) -> float:
+        """The same instance hours at on-demand prices: what the job's savings are measured against."""
+        return on_demand_cost(self.attempts, now)
 
     def live(self) -> list[Attempt]:
         return [a for a in self.attempts if a.is_live]
@@ -235,6 +244,12 @@ class JobsClient:
             if job.job_id not in latest or job.updated_at > latest[job.job_id].updated_at:
                 latest[job.job_id] = job
         return sorted(latest.values(), key=lambda job: (job.submitted_at, job.job_id))
+
+    def statuses(self, job_ids: Sequence[str] = ()) -> list[JobStatus]:
+        """These jobs (default: every job in the table) with their attempts, oldest first."""
+        if not job_ids:
+            job_ids = [job.job_id for job in self.jobs(ended=True)]
+        return [self.status(job_id) for job_id in job_ids]
 
     def log_lines(self, job_id: str, *, attempt: int | None = None, since_ms: int | None = None) -> list[LogLine]:
         """The job's log lines (one attempt's, with `attempt`) from `since_ms` on, oldest first.

@@ -37,6 +37,7 @@ app.command("submit")(jobs.submit_command)
 app.command("status")(jobs.status_command)
 app.command("ls")(jobs.ls_command)
 app.command("logs")(jobs.logs_command)
+app.command("cost")(jobs.cost_command)
 app.command("cancel")(jobs.cancel_command)
 
 

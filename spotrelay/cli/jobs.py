@@ -1,4 +1,4 @@
-"""`spotrelay submit / status / ls / logs / cancel`: a user's jobs on a deployed stack (spotrelay.aws.stack).
+"""`spotrelay submit / status / ls / logs / cost / cancel`: a user's jobs on a deployed stack (spotrelay.aws.stack).
 
 The commands are plain functions; spotrelay.cli.app registers them. boto3 is imported when one runs.
 """
@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Column, Table
 
-from spotrelay.agent.logs import SHIP_INTERVAL_SECONDS
 from spotrelay.cli.console import err, fail, out, tables
 from spotrelay.models import JobSpecError, load_job_spec
 
@@ -26,6 +25,8 @@ if TYPE_CHECKING:
 # How often `logs --follow` asks for new lines (the agent sends a batch every 5 s, spotrelay.agent.logs).
 FOLLOW_POLL_SECONDS = 2.0
 FOLLOW_LOOKBACK_MS = 60_000
+FOLLOW_END_WAIT_SECONDS = 30.0  # watchtower's own limit on the flush at the agent's exit
+FOLLOW_MAX_FAILURES = 5
 _LOG_FIELDS = {"time", "level", "message", "job_id", "attempt"}
 
 StackOption = Annotated[
@@ -41,6 +42,11 @@ EndpointOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
+
+
+def utc_now() -> datetime:
+    """The time costs are counted to (tests put a virtual clock here)."""
+    return datetime.now(UTC)
 
 
 def connect(stack: str, region: str | None, endpoint_url: str | None) -> JobsClient:
@@ -115,7 +121,7 @@ def status_command(
         status = client.status(job_id)
     except StackError as e:
         fail(str(e), e.code)
-    now = datetime.now(UTC)
+    now = utc_now()
     if as_json:
         answer = {
             "job": status.job.model_dump(mode="json"),
@@ -178,23 +184,38 @@ def logs_command(
 ) -> None:
     """The job's output and its agents' lines (checkpoints, notices, outcome), from CloudWatch Logs, in
     time order across its attempts; the job's own lines are printed as it wrote them."""
-    from spotrelay.aws.stack import StackError
+    from spotrelay.aws.stack import USAGE, StackError
 
     client = connect(stack, region, endpoint_url)
-    seen: set[str] = set()
+    seen: dict[str, int] = {}  # event id -> its time: the lines printed that a later answer may repeat
+    lines_seen = 0
+    done: set[str] = set()  # the streams (attempts) whose agent said "agent done", its last line
+    latest = ""  # the latest attempt's stream seen (zero-padded: the greatest name)
     since: int | None = None
-    followed_live = False
+    was_live = False  # the job was seen running: once it ends, its agent's last batch is still to come
+    ended_at: float | None = None
+    failures = 0
     try:
         while True:
-            ended = client.status(job_id).job.state.is_terminal  # read first: no line written before the end is missed
-            if ended and followed_live:
-                # It ended while we followed: its agent sends its last batch as it exits, just after.
-                time.sleep(SHIP_INTERVAL_SECONDS + FOLLOW_POLL_SECONDS)
-                followed_live = False
-            for line in client.log_lines(job_id, attempt=attempt, since_ms=since):
+            try:
+                # The state is read before the lines: no line written before the end is missed.
+                ended = client.status(job_id).job.state.is_terminal
+                lines = client.log_lines(job_id, attempt=attempt, since_ms=since)
+            except StackError as e:
+                failures += 1
+                if not follow or e.code == USAGE or failures >= FOLLOW_MAX_FAILURES:
+                    fail(str(e), e.code)
+                time.sleep(FOLLOW_POLL_SECONDS)  # a throttle or a network blip: a long follow goes on
+                continue
+            failures = 0
+            for line in lines:
                 if line.event_id in seen:
                     continue
-                seen.add(line.event_id)
+                seen[line.event_id] = line.timestamp_ms
+                lines_seen += 1
+                latest = max(latest, line.stream)
+                if line.record.get("message") == "agent done":
+                    done.add(line.stream)
                 # Ask again from a minute before the latest line: another attempt's agent (a standby's, at a
                 # handover) may send older lines in a later batch. The seen ids drop the repeats.
                 since = max(since or 0, line.timestamp_ms - FOLLOW_LOOKBACK_MS)
@@ -204,18 +225,69 @@ def logs_command(
                     sys.stdout.write(json.dumps(line.record) + "\n")
                 else:
                     out.print(log_text(line.record), markup=False, highlight=False, soft_wrap=True)
-            if not follow or (ended and not followed_live):
-                if not seen:
-                    err.print(
-                        f"no log lines for {job_id} yet: its agent ships them once an instance runs it", markup=False
-                    )
+            if ended and was_live:
+                # It ended while we followed: its agent sends its last batch as it exits, a few seconds on
+                # ("agent done"), or never if its instance went first (a cancel): wait that long at most.
+                ended_at = ended_at if ended_at is not None else time.monotonic()
+                finished = latest in done or time.monotonic() - ended_at > FOLLOW_END_WAIT_SECONDS
+            else:
+                finished = ended
+            if not follow or finished:
+                if not lines_seen:
+                    note = f"no log lines for {job_id} yet: its agent ships them once an instance runs it"
+                    err.print(note, markup=False, soft_wrap=True)
                 return
-            followed_live = not ended
+            was_live = was_live or not ended
+            if since is not None:  # no answer goes back before `since`: forget what came before it
+                seen = {event: at for event, at in seen.items() if at >= since}
             time.sleep(FOLLOW_POLL_SECONDS)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def cost_command(
+    job_ids: Annotated[
+        list[str] | None, typer.Argument(metavar="[JOB_ID]...", help="default: every job of the stack")
+    ] = None,
+    stack: StackOption = "SpotRelay",
+    region: RegionOption = None,
+    endpoint_url: EndpointOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What jobs cost, against the same instance hours on on-demand: per job and in all. Live instances
+    count up to now; on-demand prices are the catalog's (us-east-1)."""
+    from spotrelay.aws.stack import StackError
+
+    client = connect(stack, region, endpoint_url)
+    try:
+        statuses = client.statuses(job_ids or [])
     except StackError as e:
         fail(str(e), e.code)
-    except KeyboardInterrupt:
+    now = utc_now()
+    rows = [(s.job, s.cost(now), s.on_demand_cost(now)) for s in statuses]
+    total, on_demand = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    if as_json:
+        answer = {
+            "jobs": [
+                {"job_id": job.job_id, "state": job.state.value, "cost_usd": cost, "on_demand_cost_usd": od}
+                for job, cost, od in rows
+            ],
+            "total": {"cost_usd": total, "on_demand_cost_usd": on_demand, "saved_usd": on_demand - total},
+        }
+        sys.stdout.write(json.dumps(answer, indent=2) + "\n")
         return
+    table = Table(Column("job", no_wrap=True), "state", "cost $", "on-demand $", "saved $", "saved", show_footer=True)
+    for job, cost, od in rows:
+        table.add_row(job.job_id, job.state.value, f"{cost:.2f}", f"{od:.2f}", f"{od - cost:.2f}", _share(cost, od))
+    table.columns[0].footer = f"{len(rows)} job(s)"
+    for column, figure in zip(table.columns[2:], (total, on_demand, on_demand - total), strict=True):
+        column.footer = f"{figure:.2f}"
+    table.columns[5].footer = _share(total, on_demand)
+    tables().print(table)
+
+
+def _share(cost: float, on_demand: float) -> str:
+    return f"{(on_demand - cost) / on_demand:.0%}" if on_demand > 0 else "-"
 
 
 def cancel_command(
@@ -296,8 +368,10 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
         left = deadline - age
         work += f"; deadline in {left:.1f} h" if left >= 0 else f"; deadline passed {-left:.1f} h ago"
     lines.append(work)
-    running = status.running_cost(now)
-    cost = f"  cost ${job.cost_usd:.2f}" + (f" + about ${running:.2f} on the live instance" if running else "")
+    running, total, on_demand = status.running_cost(now), status.cost(now), status.on_demand_cost(now)
+    cost = f"  cost ${total:.2f}" + (f" (${running:.2f} of it on the live instance)" if running else "")
+    if on_demand > 0:
+        cost += f", ${on_demand:.2f} on on-demand ({_share(total, on_demand)} saved)"
     lines.append(f"{cost}; {job.interruptions} interruption(s), {job.lost_work_hours:.2f} h of work lost")
     if job.failure_reason:
         lines.append(f"  why: {job.failure_reason}")

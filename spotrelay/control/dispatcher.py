@@ -53,10 +53,8 @@ def job_id_for(name: str, message_id: str) -> str:
 def submission_key(message: QueueMessage) -> str:
     """What the job id is made from: `spotrelay submit`'s submission id (a UUID; the same for a message
     sent twice), else the SQS message id (a plain `aws sqs send-message`)."""
-    submitted = message.submission_id
-    if submitted is not None and _SUBMISSION_ID.fullmatch(submitted):
-        return submitted
-    return message.message_id
+    submitted = (message.submission_id or "").lower()  # macOS's uuidgen prints upper case
+    return submitted if _SUBMISSION_ID.fullmatch(submitted) else message.message_id
 
 
 def intake(message: QueueMessage, *, store: JobStore, queue: JobQueue, clock: Clock) -> tuple[str, bool]:
@@ -75,7 +73,17 @@ def intake(message: QueueMessage, *, store: JobStore, queue: JobQueue, clock: Cl
         queue.dead_letter(message, reason)
         return job_id, False
     job_id = job_id_for(spec.name, submission_key(message))
-    store.create_job(Job(job_id=job_id, spec=spec, submitted_at=now, updated_at=now))
+    if not store.create_job(Job(job_id=job_id, spec=spec, submitted_at=now, updated_at=now)):
+        # Recorded already: this message again (a redelivery, a resend), or another job under a reused
+        # submission id, which must not vanish into the first.
+        existing, _ = store.get_job(job_id)
+        if existing.spec != spec:
+            reason = (
+                f"{source}: submission id {message.submission_id} already names job {job_id}, submitted with "
+                "another spec; give each job its own (spotrelay submit does)"
+            )
+            queue.dead_letter(message, reason)
+            return job_id, False
     queue.delete(message)
     return job_id, True
 

@@ -708,12 +708,19 @@ def _reason(error: Mapping[str, Any], existing: str | None) -> str:
     return existing or (f"{name}: {text}" if text else name)
 
 
-def summarize(job: Job, attempts: Sequence[Attempt], now: datetime) -> JobSummary:
-    on_demand = 0.0
+def on_demand_cost(attempts: Sequence[Attempt], now: datetime) -> float:
+    """What the attempts' instance hours would have cost on on-demand (the catalog's prices): the
+    baseline a job's savings are measured against."""
+    total = 0.0
     for attempt in attempts:
-        price = INSTANCE_TYPES.get(attempt.pool.instance_type)
-        if price is not None and price.on_demand_usd_per_hour is not None:
-            on_demand += price.on_demand_usd_per_hour * attempt.runtime_hours(now)
+        facts = INSTANCE_TYPES.get(attempt.pool.instance_type)
+        if facts is not None and facts.on_demand_usd_per_hour is not None:
+            total += facts.on_demand_usd_per_hour * attempt.runtime_hours(now)
+    return total
+
+
+def summarize(job: Job, attempts: Sequence[Attempt], now: datetime) -> JobSummary:
+    on_demand = on_demand_cost(attempts, now)
     return JobSummary(
         job_id=job.job_id,
         state=job.state,

@@ -49,7 +49,6 @@ from moto.moto_api._internal import mock_random
 from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
-from spotrelay.catalog import INSTANCE_TYPES
 from spotrelay.config import (
     ENV_BLOCK_MINUTES,
     ENV_BUDGET_USD_PER_HOUR,
@@ -60,6 +59,7 @@ from spotrelay.config import (
     TAG_JOB_ID,
 )
 from spotrelay.control.dispatcher import job_id_for
+from spotrelay.control.lifecycle import on_demand_cost
 from spotrelay.control.ports import NotFoundError
 from spotrelay.local.clock import DEFAULT_STALL_SECONDS, VirtualClock
 from spotrelay.local.deploy import LocalStack
@@ -629,11 +629,7 @@ class Replay:
             job = None
         attempts = self._attempts(tracked.job_id)
         cost = sum(a.cost(now) for a in attempts)
-        on_demand = 0.0
-        for a in attempts:
-            facts = INSTANCE_TYPES.get(a.pool.instance_type)
-            if facts is not None and facts.on_demand_usd_per_hour is not None:
-                on_demand += facts.on_demand_usd_per_hour * a.runtime_hours(now)
+        on_demand = on_demand_cost(attempts, now)
         return JobReport(
             name=tracked.submission.name,
             entry=tracked.submission.entry,

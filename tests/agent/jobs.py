@@ -62,8 +62,9 @@ while True:
         (control / f"stepped-{attempt}-{step}").write_text("")
         step += 1
     exit_file = control / f"exit-{attempt}"
-    if exit_file.exists():
-        code = int(exit_file.read_text())
+    text = exit_file.read_text().strip() if exit_file.exists() else ""
+    if text:  # (not an empty file: the test's write_text creates it, then writes)
+        code = int(text)
         for i in range(30):
             print(f"line {i} of attempt {attempt}", flush=True)
         sys.exit(code)

@@ -224,3 +224,30 @@ def test_the_agent_ships_its_lines_and_the_jobs_output_to_the_attempts_log_strea
     assert output == ["attempt 1 started", *(f"line {i} of attempt 1" for i in range(30))]
     assert shipped[-1]["message"] == "agent done"
     assert all(line["job_id"] == JOB_ID and line["attempt"] == 1 for line in shipped)
+
+
+def test_what_the_job_prints_while_its_agent_is_stopped_is_forwarded_by_the_next_agent(
+    server_world: World, imds: ImdsStub, tmp_path: Path
+) -> None:
+    # Given an agent running attempt 1, stopped by systemd (SIGTERM: it leaves the job running)
+    world = server_world
+    command, control = write_job(tmp_path)
+    world.submit(job_spec(command, Path("/not-used")))
+    world.add_attempt(1, world.open_task("run-1"))
+    imds.tags = {TAG_JOB_ID: JOB_ID, TAG_ATTEMPT: "1"}
+    first = AgentProcess("agent-1", tmp_path, imds)
+    wait_until((control / "ready-1").exists, what="the job to start")
+    first.process.terminate()
+    assert first.wait() == 0
+    # When the job prints its 30 lines and exits while no agent runs, and the agent starts again
+    (control / "exit-1").write_text("0")
+    state = json.loads((tmp_path / "state" / f"{JOB_ID}-1.json").read_text())
+    exit_file = Path(state["process"]["exit_file"])  # the job's supervisor writes it when the job exits
+    wait_until(exit_file.exists, what="the job to exit")
+    second = AgentProcess("agent-2", tmp_path, imds)
+    assert second.wait() == 0
+    # Then the restarted agent forwards those lines (from where the stopped one left off), each once
+    first_output = [line["line"] for line in first.lines() if line.get("message") == "job output"]
+    second_output = [line["line"] for line in second.lines() if line.get("message") == "job output"]
+    assert first_output == ["attempt 1 started"]
+    assert second_output == [f"line {i} of attempt 1" for i in range(30)]

@@ -1,10 +1,12 @@
-"""`spotrelay submit / status / ls / logs / cancel` against the deployed stack (in moto, the handlers in-process, on
-the virtual clock), found by the stack's name alone, as a user runs them after `cdk deploy`."""
+"""`spotrelay submit / status / ls / logs / cost / cancel` against the deployed stack (in moto, the
+handlers in-process, on the virtual clock), found by the stack's name alone, as a user runs them after
+`cdk deploy`."""
 
 from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,8 @@ from typer.testing import CliRunner
 
 from spotrelay.agent.logs import JobLogger, attempt_log_stream, ship_to_cloudwatch
 from spotrelay.aws.store import DynamoJobStore
-from spotrelay.cli import app
+from spotrelay.catalog import INSTANCE_TYPES
+from spotrelay.cli import app, jobs
 from spotrelay.config import TAG_JOB_ID
 from spotrelay.local import LocalRuntime, LocalStack, VirtualClock
 from spotrelay.models import JobState
@@ -161,3 +164,35 @@ def test_logs_prints_the_jobs_output_as_written_and_the_agents_lines_across_atte
     followed = run(clock, "logs", job_id, "--follow", "--job-output")
     assert followed.exit_code == 0, followed.output
     assert followed.stdout.splitlines() == ["epoch 1 loss 0.91", "resumed at epoch 2", "epoch 2 loss 0.55"]
+
+
+def test_cost_counts_the_live_instance_to_now_against_the_same_hours_on_on_demand(
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs, "utc_now", clock.now)  # costs count to the virtual clock's now
+    job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    (launch,) = runtime.market_launches()
+    # Given the job's instance has run for an hour (its agent heartbeating)
+    token = DynamoJobStore(deployed(runtime).table_name, runtime.dynamodb).attempts(job_id)[-1].task_token
+    assert token is not None
+    while clock.now() < START + timedelta(hours=1):
+        clock.advance_to(min(START + timedelta(hours=1), clock.now() + timedelta(minutes=5)))
+        with clock.exclusive():
+            runtime.sfn.send_task_heartbeat(taskToken=token)
+        clock.wait_quiescent()
+    # When the user asks what it cost
+    answer = json.loads(run(clock, "cost", "--json").stdout)
+    # Then it is the hour at the spot price, against the hour at g6.xlarge's on-demand price
+    on_demand, spot = INSTANCE_TYPES["g6.xlarge"].on_demand_usd_per_hour, launch.spot_price
+    assert on_demand is not None
+    assert spot is not None
+    (job,) = answer["jobs"]
+    assert job["job_id"] == job_id
+    assert job["cost_usd"] == pytest.approx(spot)
+    assert job["on_demand_cost_usd"] == pytest.approx(on_demand)
+    assert answer["total"]["saved_usd"] == pytest.approx(on_demand - spot)
+    # And status says the same in words
+    text = run(clock, "status", job_id).stdout
+    saved = f"{(on_demand - spot) / on_demand:.0%}"
+    assert f"cost ${spot:.2f} (${spot:.2f} of it on the live instance), " in text
+    assert f"${on_demand:.2f} on on-demand ({saved} saved)" in text

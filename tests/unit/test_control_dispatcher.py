@@ -64,14 +64,33 @@ def test_a_submission_sent_twice_is_one_job_named_by_its_submission_id() -> None
     world.queue.send(body, submission_id=submission)
     world.queue.send(body, submission_id=submission)
     world.queue.send(json.dumps(spec_dict(name="bert")), submission_id="../not-a-uuid")
+    world.queue.send(json.dumps(spec_dict(name="gpt")), submission_id="A1B2C3D4-0000-4000-8000-000000000001")
     # When the dispatcher runs
     report = world.dispatch(NO_ROOM)
     # Then the resent submission is one job, named from the submission id (as `spotrelay submit` printed
-    # it), both its messages are gone, and the other job is named from its message id
-    assert report.received == 3
-    assert sorted(world.store.jobs) == ["bert-msg3", "resnet-0f1e2d3c4b5a"]
+    # it), both its messages are gone, the job with a bad id is named from its message id, and an upper
+    # case UUID counts as the same lower case one
+    assert report.received == 4
+    assert sorted(world.store.jobs) == ["bert-msg3", "gpt-a1b2c3d40000", "resnet-0f1e2d3c4b5a"]
     assert world.queue.messages == []
     assert world.queue.dlq == []
+
+
+def test_a_reused_submission_id_with_another_spec_is_kept_in_the_dlq_not_dropped() -> None:
+    # Given two different jobs sent with the same submission id (a copied command line)
+    world = World()
+    submission = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    world.queue.send(json.dumps(spec_dict(name="resnet", resources={"gpus": 1})), submission_id=submission)
+    world.queue.send(json.dumps(spec_dict(name="resnet", resources={"gpus": 4})), submission_id=submission)
+    # When the dispatcher runs
+    report = world.dispatch(NO_ROOM)
+    # Then the first is the job, and the second is in the DLQ saying why, not silently merged into it
+    assert list(world.store.jobs) == ["resnet-0f1e2d3c4b5a"]
+    assert world.job("resnet-0f1e2d3c4b5a").spec.resources.gpus == 1
+    assert report.rejected == ["resnet-0f1e2d3c4b5a"]
+    (kept,) = world.queue.dlq
+    assert "submission id 0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0 already names job resnet-0f1e2d3c4b5a" in kept.reason
+    assert world.queue.messages == []
 
 
 def test_a_duplicate_delivery_of_an_admitted_jobs_message_neither_resets_nor_duplicates_it() -> None:
