@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.table import Column, Table
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from spotrelay.aws.stack import JobsClient, JobStatus
     from spotrelay.models import Job
 
+T = TypeVar("T")
+
 # How often `logs --follow` asks for new lines (the agent sends a batch every 5 s, spotrelay.agent.logs).
 FOLLOW_POLL_SECONDS = 2.0
 FOLLOW_LOOKBACK_MS = 60_000
@@ -29,6 +32,7 @@ FOLLOW_END_WAIT_SECONDS = 30.0  # watchtower's own limit on the flush at the age
 FOLLOW_MAX_FAILURES = 5
 _LOG_FIELDS = {"time", "level", "message", "job_id", "attempt"}
 
+JobIdArgument = Annotated[str, typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")]
 StackOption = Annotated[
     str, typer.Option("--stack", envvar="SPOTRELAY_STACK", help="the CloudFormation stack `cdk deploy` made")
 ]
@@ -58,6 +62,17 @@ def connect(stack: str, region: str | None, endpoint_url: str | None) -> JobsCli
         fail(str(e), e.code)
 
 
+def on_stack(stack: str, region: str | None, endpoint_url: str | None, use: Callable[[JobsClient], T]) -> T:
+    """`use` the stack's client; a StackError is the command's one-line error and exit status."""
+    from spotrelay.aws.stack import StackError
+
+    client = connect(stack, region, endpoint_url)
+    try:
+        return use(client)
+    except StackError as e:
+        fail(str(e), e.code)
+
+
 def submit_command(
     job_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="a job spec, YAML or JSON (README)")],
     stack: StackOption = "SpotRelay",
@@ -76,17 +91,12 @@ def submit_command(
     allowed, rather than recorded FAILED by the dispatcher; and the
     dispatcher is woken at once (the queue-depth alarm would within minutes).
     """
-    from spotrelay.aws.stack import StackError
 
     try:
         spec = load_job_spec(job_file)
     except JobSpecError as e:
         fail(str(e))
-    client = connect(stack, region, endpoint_url)
-    try:
-        submitted = client.submit(spec, wake=wake)
-    except StackError as e:
-        fail(str(e), e.code)
+    submitted = on_stack(stack, region, endpoint_url, lambda client: client.submit(spec, wake=wake))
     if as_json:
         answer = {
             "job_id": submitted.job_id,
@@ -107,20 +117,14 @@ def submit_command(
 
 
 def status_command(
-    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")],
+    job_id: JobIdArgument,
     stack: StackOption = "SpotRelay",
     region: RegionOption = None,
     endpoint_url: EndpointOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Where a job stands: its state, pool, progress, cost so far, and every attempt."""
-    from spotrelay.aws.stack import StackError
-
-    client = connect(stack, region, endpoint_url)
-    try:
-        status = client.status(job_id)
-    except StackError as e:
-        fail(str(e), e.code)
+    status = on_stack(stack, region, endpoint_url, lambda client: client.status(job_id))
     now = utc_now()
     if as_json:
         answer = {
@@ -144,13 +148,7 @@ def ls_command(
     as_json: JsonOption = False,
 ) -> None:
     """The stack's queued and live jobs (`--all`: ended ones too), oldest first."""
-    from spotrelay.aws.stack import StackError
-
-    client = connect(stack, region, endpoint_url)
-    try:
-        jobs = client.jobs(ended=ended)
-    except StackError as e:
-        fail(str(e), e.code)
+    jobs = on_stack(stack, region, endpoint_url, lambda client: client.jobs(ended=ended))
     if as_json:
         sys.stdout.write(json.dumps([job_row(job) for job in jobs], indent=2) + "\n")
         return
@@ -173,7 +171,7 @@ def ls_command(
 
 
 def logs_command(
-    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")],
+    job_id: JobIdArgument,
     stack: StackOption = "SpotRelay",
     region: RegionOption = None,
     endpoint_url: EndpointOption = None,
@@ -256,13 +254,7 @@ def cost_command(
 ) -> None:
     """What jobs cost, against the same instance hours on on-demand: per job and in all. Live instances
     count up to now; on-demand prices are the catalog's (us-east-1)."""
-    from spotrelay.aws.stack import StackError
-
-    client = connect(stack, region, endpoint_url)
-    try:
-        statuses = client.statuses(job_ids or [])
-    except StackError as e:
-        fail(str(e), e.code)
+    statuses = on_stack(stack, region, endpoint_url, lambda client: client.statuses(job_ids or []))
     now = utc_now()
     rows = [(s.job, s.cost(now), s.on_demand_cost(now)) for s in statuses]
     total, on_demand = sum(r[1] for r in rows), sum(r[2] for r in rows)
@@ -291,20 +283,14 @@ def _share(cost: float, on_demand: float) -> str:
 
 
 def cancel_command(
-    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")],
+    job_id: JobIdArgument,
     stack: StackOption = "SpotRelay",
     region: RegionOption = None,
     endpoint_url: EndpointOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a job wherever it is: its instance is terminated, its checkpoints are kept."""
-    from spotrelay.aws.stack import StackError
-
-    client = connect(stack, region, endpoint_url)
-    try:
-        answer = client.cancel(job_id)
-    except StackError as e:
-        fail(str(e), e.code)
+    answer = on_stack(stack, region, endpoint_url, lambda client: client.cancel(job_id))
     if as_json:
         sys.stdout.write(json.dumps(answer) + "\n")
         return

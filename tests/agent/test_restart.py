@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -121,17 +122,26 @@ class AgentProcess:
             raise AssertionError(f"the agent did not exit; its output:\n{self.output.read_text()}") from None
 
 
+def start_attempt_1(
+    world: World, imds: ImdsStub, tmp_path: Path, *, grace_seconds: int = 5, **agent: Any
+) -> tuple[AgentProcess, Path]:
+    """Attempt 1 of the test job on an instance tagged with it, its agent running and the job started:
+    (the agent, the job's control dir)."""
+    command, control = write_job(tmp_path)
+    world.submit(job_spec(command, Path("/not-used-the-agent-gets-a-checkpoint-dir"), grace_seconds=grace_seconds))
+    world.add_attempt(1, world.open_task("run-1"))
+    imds.tags = {TAG_JOB_ID: JOB_ID, TAG_ATTEMPT: "1"}
+    first = AgentProcess("agent-1", tmp_path, imds, **agent)
+    wait_until((control / "ready-1").exists, what="the job to start")
+    return first, control
+
+
 def test_a_restarted_agent_reattaches_to_the_running_job_instead_of_running_it_again(
     server_world: World, imds: ImdsStub, tmp_path: Path
 ) -> None:
     # Given an instance tagged with attempt 1 of a job, and its agent running the job
     world = server_world
-    command, control = write_job(tmp_path)
-    world.submit(job_spec(command, Path("/not-used-the-agent-gets-a-checkpoint-dir")))
-    world.add_attempt(1, world.open_task("run-1"))
-    imds.tags = {TAG_JOB_ID: JOB_ID, TAG_ATTEMPT: "1"}
-    first = AgentProcess("agent-1", tmp_path, imds)
-    wait_until((control / "ready-1").exists, what="the job to start")
+    first, control = start_attempt_1(world, imds, tmp_path)
     job_pid = next(line["pid"] for line in first.lines() if line.get("message") == "job started")
 
     # When the agent is killed (systemd restarts it) and starts again
@@ -161,12 +171,7 @@ def test_a_restarted_agent_finishes_the_migration_it_had_begun_and_does_not_run_
 ) -> None:
     # Given an agent running attempt 1 on an on-demand instance, whose job takes its time to save at SIGTERM
     world = server_world
-    command, control = write_job(tmp_path)
-    world.submit(job_spec(command, Path("/not-used"), grace_seconds=60))
-    world.add_attempt(1, world.open_task("run-1"))
-    imds.tags = {TAG_JOB_ID: JOB_ID, TAG_ATTEMPT: "1"}
-    first = AgentProcess("agent-1", tmp_path, imds, fast_migrate_poll=True)
-    wait_until((control / "ready-1").exists, what="the job to start")
+    first, control = start_attempt_1(world, imds, tmp_path, grace_seconds=60, fast_migrate_poll=True)
     (control / "hold-term-1").write_text("")
 
     # When the control plane asks for a migration, and the agent dies while the job is saving
@@ -206,12 +211,7 @@ def test_the_agent_ships_its_lines_and_the_jobs_output_to_the_attempts_log_strea
     world = server_world
     logs = boto3.client("logs", region_name=REGION)
     logs.create_log_group(logGroupName="/spotrelay/agent")
-    command, control = write_job(tmp_path)
-    world.submit(job_spec(command, Path("/not-used")))
-    world.add_attempt(1, world.open_task("run-1"))
-    imds.tags = {TAG_JOB_ID: JOB_ID, TAG_ATTEMPT: "1"}
-    agent = AgentProcess("agent", tmp_path, imds, log_group="/spotrelay/agent")
-    wait_until((control / "ready-1").exists, what="the job to start")
+    agent, control = start_attempt_1(world, imds, tmp_path, log_group="/spotrelay/agent")
     # When the job prints its 30 lines and exits 0, and the agent reports it and exits
     (control / "exit-1").write_text("0")
     assert agent.wait() == 0
@@ -230,13 +230,7 @@ def test_what_the_job_prints_while_its_agent_is_stopped_is_forwarded_by_the_next
     server_world: World, imds: ImdsStub, tmp_path: Path
 ) -> None:
     # Given an agent running attempt 1, stopped by systemd (SIGTERM: it leaves the job running)
-    world = server_world
-    command, control = write_job(tmp_path)
-    world.submit(job_spec(command, Path("/not-used")))
-    world.add_attempt(1, world.open_task("run-1"))
-    imds.tags = {TAG_JOB_ID: JOB_ID, TAG_ATTEMPT: "1"}
-    first = AgentProcess("agent-1", tmp_path, imds)
-    wait_until((control / "ready-1").exists, what="the job to start")
+    first, control = start_attempt_1(server_world, imds, tmp_path)
     first.process.terminate()
     assert first.wait() == 0
     # When the job prints its 30 lines and exits while no agent runs, and the agent starts again
