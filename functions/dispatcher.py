@@ -48,9 +48,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         heartbeat_seconds=settings.heartbeat_seconds,
     )
     metrics.add_metric(name="JobsAccepted", unit=MetricUnit.Count, value=len(report.accepted))
-    metrics.add_metric(name="JobsRejected", unit=MetricUnit.Count, value=len(report.rejected))
+    metrics.add_metric(name="JobsRejected", unit=MetricUnit.Count, value=len(report.rejected) + len(report.conflicts))
     metrics.add_metric(name="JobsAdmitted", unit=MetricUnit.Count, value=len(report.admitted))
     for job_id in report.rejected:
         logger.warning("invalid job message kept in the DLQ", extra={"job_id": job_id})
+    for message_id in report.conflicts:
+        logger.warning("message reusing another job's submission id kept in the DLQ", extra={"message_id": message_id})
     logger.info("dispatched", extra={"trigger": trigger, **report.model_dump()})
     return report.model_dump()

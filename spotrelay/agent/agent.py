@@ -69,6 +69,7 @@ reporter, the instance metadata, the job runner), so tests drive it with moto an
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -243,6 +244,8 @@ class _OutputTail:
     def forward(self, limit: int = OUTPUT_BYTES_PER_TICK) -> None:
         try:
             with self.path.open("rb") as f:
+                if os.fstat(f.fileno()).st_size < self.offset:  # truncated under us: read it from the start
+                    self.offset, self.partial = 0, b""
                 f.seek(self.offset)
                 data = f.read(limit)
         except OSError:
@@ -411,7 +414,9 @@ class Agent:
             forwarded = self.state.output_forwarded
             self._output = _OutputTail(job.record.log_file, self.log, from_end=True, start=forwarded)
             if forwarded is not None:
-                self._update(output_forwarded=None)  # a crash from here on starts from the end again
+                # Once the lines printed while no agent ran are forwarded, a crash starts from the end again.
+                self._output.forward_complete_lines()
+                self._update(output_forwarded=None)
             stopping = self.state.notice.reason if self.state.notice is not None else None
             self.log.info("re-attached to the running job", extra={"pid": job.pid, "stopping_for": stopping})
 

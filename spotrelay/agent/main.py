@@ -106,7 +106,8 @@ def run_agent(options: AgentOptions) -> int:
         try:
             # It gives up on a batch soon (its thread would otherwise block for minutes, queueing lines in
             # memory next to the training process) and goes on with the next.
-            quick = Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "max_attempts": 3})
+            # watchtower retries a batch itself (5 times), so the client does not.
+            quick = Config(connect_timeout=3, read_timeout=5, retries={"mode": "standard", "max_attempts": 1})
             logs = session.client("logs", config=config.merge(quick))
             shipper = ship_to_cloudwatch(logs, options.log_group, stream)
         except ImportError as e:  # an agent installed without the [agent] extra still runs the job
@@ -150,14 +151,20 @@ def _run(
         ),
     )
 
-    def stop(signal_name: str) -> None:
-        log.info("agent signalled: leaving the job running", extra={"signal": signal_name})
-        agent.stop()
+    # The handler only writes the signal to a pipe: it interrupts the main thread anywhere, maybe inside a
+    # lock that logging (the CloudWatch handler's queue), an Event or Thread.start needs, and those locks
+    # are not reentrant. A thread started now does the rest.
+    readable, writable = os.pipe()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        # Not here: the handler interrupts the main thread anywhere, maybe inside a lock that logging (the
-        # CloudWatch handler's queue) or an Event needs, and those locks are not reentrant.
-        threading.Thread(target=stop, args=(signal.Signals(signum).name,), name="agent-stop", daemon=True).start()
+        os.write(writable, bytes([signum]))
+
+    def stop_on_signal() -> None:
+        signum = os.read(readable, 1)[0]
+        log.info("agent signalled: leaving the job running", extra={"signal": signal.Signals(signum).name})
+        agent.stop()
+
+    threading.Thread(target=stop_on_signal, name="agent-stop", daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

@@ -249,7 +249,7 @@ class JobsClient:
         """These jobs (default: every job in the table) with their attempts, oldest first."""
         if not job_ids:
             job_ids = [job.job_id for job in self.jobs(ended=True)]
-        return [self.status(job_id) for job_id in job_ids]
+        return [self.status(job_id) for job_id in dict.fromkeys(job_ids)]  # each once, in the order given
 
     def log_lines(self, job_id: str, *, attempt: int | None = None, since_ms: int | None = None) -> list[LogLine]:
         """The job's log lines (one attempt's, with `attempt`) from `since_ms` on, oldest first.

@@ -212,8 +212,8 @@ def logs_command(
                 seen[line.event_id] = line.timestamp_ms
                 lines_seen += 1
                 latest = max(latest, line.stream)
-                if line.record.get("message") == "agent done":
-                    done.add(line.stream)
+                if line.record.get("message") == "agent done" and line.record.get("outcome") != "detached":
+                    done.add(line.stream)  # (a detached agent was stopped and left the job to the next one)
                 # Ask again from a minute before the latest line: another attempt's agent (a standby's, at a
                 # handover) may send older lines in a later batch. The seen ids drop the repeats.
                 since = max(since or 0, line.timestamp_ms - FOLLOW_LOOKBACK_MS)

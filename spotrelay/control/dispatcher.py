@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -42,6 +42,8 @@ class DispatchReport(BaseModel):
     admitted: list[str] = []
     held: dict[str, str] = {}
     failed: list[str] = []
+    # Messages kept in the DLQ because their submission id already names another job (message ids)
+    conflicts: list[str] = []
 
 
 def job_id_for(name: str, message_id: str) -> str:
@@ -57,8 +59,10 @@ def submission_key(message: QueueMessage) -> str:
     return submitted if _SUBMISSION_ID.fullmatch(submitted) else message.message_id
 
 
-def intake(message: QueueMessage, *, store: JobStore, queue: JobQueue, clock: Clock) -> tuple[str, bool]:
-    """Record one message as a QUEUED job (or a FAILED one); returns (job id, valid)."""
+def intake(
+    message: QueueMessage, *, store: JobStore, queue: JobQueue, clock: Clock
+) -> tuple[str, Literal["accepted", "rejected", "conflict"]]:
+    """Record one message as a QUEUED job (or a FAILED one); returns (job id, what became of it)."""
     now = clock.now()
     source = f"message {message.message_id}"
     data: Any = None
@@ -71,7 +75,7 @@ def intake(message: QueueMessage, *, store: JobStore, queue: JobQueue, clock: Cl
         job_id = job_id_for(name if isinstance(name, str) and name else "invalid", submission_key(message))
         store.create_job(_failed_job(job_id, reason, now))
         queue.dead_letter(message, reason)
-        return job_id, False
+        return job_id, "rejected"
     job_id = job_id_for(spec.name, submission_key(message))
     if not store.create_job(Job(job_id=job_id, spec=spec, submitted_at=now, updated_at=now)):
         # Recorded already: this message again (a redelivery, a resend), or another job under a reused
@@ -83,9 +87,9 @@ def intake(message: QueueMessage, *, store: JobStore, queue: JobQueue, clock: Cl
                 "another spec; give each job its own (spotrelay submit does)"
             )
             queue.dead_letter(message, reason)
-            return job_id, False
+            return job_id, "conflict"
     queue.delete(message)
-    return job_id, True
+    return job_id, "accepted"
 
 
 def _failed_job(job_id: str, reason: str, now: datetime) -> Job:
@@ -113,10 +117,14 @@ def dispatch(
 ) -> DispatchReport:
     accepted: list[str] = []
     rejected: list[str] = []
+    conflicts: list[str] = []
     messages = queue.receive(MAX_MESSAGES_PER_RUN)
     for message in messages:
-        job_id, valid = intake(message, store=store, queue=queue, clock=clock)
-        (accepted if valid else rejected).append(job_id)
+        job_id, became = intake(message, store=store, queue=queue, clock=clock)
+        if became == "conflict":
+            conflicts.append(message.message_id)
+        else:
+            (accepted if became == "accepted" else rejected).append(job_id)
 
     plan = admit(store.queued_jobs(MAX_QUEUED_CONSIDERED), store.active_jobs(), limits)
     admitted: list[str] = []
@@ -135,6 +143,7 @@ def dispatch(
         admitted=admitted,
         held={h.job.job_id: h.reason for h in plan.held},
         failed=failed,
+        conflicts=conflicts,
     )
 
 

@@ -141,3 +141,23 @@ def test_a_follow_gives_up_after_failures_in_a_row(monkeypatch: pytest.MonkeyPat
     assert result.exit_code == UNAVAILABLE
     assert result.stderr.strip() == "error: cannot read job train-1: AccessDeniedException: no"
     assert stack.polls == jobs.FOLLOW_MAX_FAILURES
+
+
+def test_an_agent_restarted_during_the_attempt_does_not_end_the_follow_early(
+    monkeypatch: pytest.MonkeyPatch, clock: list[float]
+) -> None:
+    # Given an attempt whose first agent was stopped by systemd (its "agent done" says detached) and whose
+    # next agent is still to send the job's last lines when the job ends
+    running, done = JobState.RUNNING, JobState.SUCCEEDED
+    stack = ScriptedStack(
+        states=[running, done, done, done],
+        shipped=[
+            [output(1, STREAM_1, "epoch 1"), line(2, STREAM_1, "agent done", outcome="detached")],
+            [output(3, STREAM_1, "epoch 2")],
+            [output(4, STREAM_1, "epoch 3 (the last)"), line(5, STREAM_1, "agent done", outcome="succeeded")],
+            [],
+        ],
+    )
+    result = follow(monkeypatch, stack, "--job-output")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["epoch 1", "epoch 2", "epoch 3 (the last)"]

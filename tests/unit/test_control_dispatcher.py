@@ -87,8 +87,9 @@ def test_a_reused_submission_id_with_another_spec_is_kept_in_the_dlq_not_dropped
     # Then the first is the job, and the second is in the DLQ saying why, not silently merged into it
     assert list(world.store.jobs) == ["resnet-0f1e2d3c4b5a"]
     assert world.job("resnet-0f1e2d3c4b5a").spec.resources.gpus == 1
-    assert report.rejected == ["resnet-0f1e2d3c4b5a"]
+    assert report.rejected == []
     (kept,) = world.queue.dlq
+    assert report.conflicts == [kept.message.message_id]
     assert "submission id 0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0 already names job resnet-0f1e2d3c4b5a" in kept.reason
     assert world.queue.messages == []
 
