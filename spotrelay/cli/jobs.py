@@ -272,7 +272,7 @@ def cost_command(
     for job, cost, od in rows:
         table.add_row(job.job_id, job.state.value, f"{cost:.2f}", f"{od:.2f}", f"{od - cost:.2f}", _share(cost, od))
     table.columns[0].footer = f"{len(rows)} job(s)"
-    for column, figure in zip(table.columns[2:], (total, on_demand, on_demand - total), strict=True):
+    for column, figure in zip(table.columns[2:5], (total, on_demand, on_demand - total), strict=True):
         column.footer = f"{figure:.2f}"
     table.columns[5].footer = _share(total, on_demand)
     tables().print(table)

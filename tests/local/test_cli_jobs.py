@@ -191,8 +191,21 @@ def test_cost_counts_the_live_instance_to_now_against_the_same_hours_on_on_deman
     assert job["cost_usd"] == pytest.approx(spot)
     assert job["on_demand_cost_usd"] == pytest.approx(on_demand)
     assert answer["total"]["saved_usd"] == pytest.approx(on_demand - spot)
+    # And the table says the same, with the totals at the foot
+    table = run(clock, "cost")
+    assert table.exit_code == 0, table.output
+    saved = f"{(on_demand - spot) / on_demand:.0%}"
+    totals = [row for row in table.stdout.splitlines() if "1 job(s)" in row]
+    assert len(totals) == 1
+    assert [cell.strip() for cell in totals[0].strip("│ ").split("│")] == [
+        "1 job(s)",
+        "",
+        f"{spot:.2f}",
+        f"{on_demand:.2f}",
+        f"{on_demand - spot:.2f}",
+        saved,
+    ]
     # And status says the same in words
     text = run(clock, "status", job_id).stdout
-    saved = f"{(on_demand - spot) / on_demand:.0%}"
     assert f"cost ${spot:.2f} (${spot:.2f} of it on the live instance), " in text
     assert f"${on_demand:.2f} on on-demand ({saved} saved)" in text
