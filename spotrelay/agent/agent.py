@@ -258,7 +258,7 @@ class _OutputTail:
     def forward_complete_lines(self) -> int:
         """Forward every complete line written so far; returns the offset of the first byte not forwarded
         (a line the job is still writing is left for whoever reads on)."""
-        for _ in range(4):  # bounded, as drain
+        for _ in range(4):  # bounded: at most 16 MiB
             before = self.offset
             self.forward()
             if self.offset == before:
@@ -266,11 +266,8 @@ class _OutputTail:
         return self.offset - len(self.partial)
 
     def drain(self) -> None:
-        for _ in range(4):  # bounded: at most 16 MiB at the end
-            before = self.offset
-            self.forward()
-            if self.offset == before:
-                break
+        """Forward everything, a last line without its newline too (the job has ended)."""
+        self.forward_complete_lines()
         if self.partial:
             self.log.info("job output", extra={"line": self.partial.decode("utf-8", errors="replace")[:4000]})
             self.partial = b""

@@ -2,7 +2,7 @@
 
 systemd sends the agent's stdout to the journal; with a log group (`--log-group`, which the worker's
 unit sets to the stack's), the same lines also go to CloudWatch Logs, one stream per attempt named
-`<job id>/<attempt>`, where `spotrelay logs JOB_ID` reads them. A line looks like
+`<job id>/<attempt, 5 digits>`, where `spotrelay logs JOB_ID` reads them. A line looks like
 
     {"time": "2026-11-30T12:00:05.123Z", "level": "INFO", "message": "checkpoint committed",
      "job_id": "job-1", "attempt": 2, "seq": 3, "uploaded_files": 1, ...}

@@ -104,9 +104,8 @@ def run_agent(options: AgentOptions) -> int:
     if options.log_group:
         stream = attempt_log_stream(job_id, attempt)
         try:
-            # It gives up on a batch soon (its thread would otherwise block for minutes, queueing lines in
-            # memory next to the training process) and goes on with the next.
-            # watchtower retries a batch itself (5 times), so the client does not.
+            # One quick attempt per call: watchtower retries a batch itself (5 times), and a batch that
+            # blocked for minutes would queue the lines in memory next to the training process.
             quick = Config(connect_timeout=3, read_timeout=5, retries={"mode": "standard", "max_attempts": 1})
             logs = session.client("logs", config=config.merge(quick))
             shipper = ship_to_cloudwatch(logs, options.log_group, stream)
