@@ -127,8 +127,9 @@ class JobStatus:
 
     @property
     def live_attempt(self) -> Attempt | None:
-        """The attempt that runs the job now (not a standby launched ahead of a move back to spot)."""
-        live = [a for a in self.attempts if a.is_live and a.handover_from is None]
+        """The attempt that runs the job now: not a standby launched ahead of a move back to spot, until it
+        is handed the job (then it has the Run task's token, and it is the one)."""
+        live = [a for a in self.attempts if a.is_live and not a.is_standby]
         return live[-1] if live else None
 
     def running_cost(self, now: datetime) -> float:

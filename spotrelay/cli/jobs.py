@@ -375,6 +375,6 @@ def attempts_table(status: JobStatus) -> Table:
             a.instance_id or "-",
             f"{a.started_at:%m-%d %H:%M}",
             f"{a.ended_at:%m-%d %H:%M}" if a.ended_at else "-",
-            a.outcome.value if a.outcome else ("standby" if a.handover_from else "live"),
+            a.outcome.value if a.outcome else ("standby" if a.is_standby else "live"),
         )
     return table

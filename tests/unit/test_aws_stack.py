@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
-from spotrelay.aws.stack import USAGE, DeployedStack, JobsClient, StackError, deployed_stack
+from spotrelay.aws.stack import USAGE, DeployedStack, JobsClient, JobStatus, StackError, deployed_stack
 from spotrelay.control.dispatcher import job_id_for
-from spotrelay.models import parse_job_spec
+from spotrelay.models import Attempt, AttemptOutcome, Job, Market, Pool, parse_job_spec
 
 OUTPUTS = {
     "QueueUrl": "https://queue",
@@ -141,3 +142,35 @@ def test_a_cancel_the_function_fails_is_an_error_with_its_message_not_a_result()
         client(stack, lambda_=FailingCancel(), dynamodb=JobTable()).cancel("train-1")
     assert str(raised.value) == "c failed on job train-1: job train-1 is no longer at version 3"
     assert raised.value.code != USAGE  # AWS's side: trying again may work
+
+
+def test_the_live_attempt_is_the_standby_once_it_is_handed_the_job() -> None:
+    started = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    on_demand = Attempt(
+        job_id="train-1",
+        attempt=1,
+        pool=Pool(instance_type="p3.2xlarge", availability_zone="us-east-1a", market=Market.ON_DEMAND),
+        hourly_price=3.06,
+        started_at=started,
+        task_token="token-1",
+    )
+    standby = Attempt(
+        job_id="train-1",
+        attempt=2,
+        pool=Pool(instance_type="p3.2xlarge", availability_zone="us-east-1b", market=Market.SPOT),
+        hourly_price=0.97,
+        started_at=started + timedelta(hours=1),
+        handover_from=1,
+    )
+    job = Job(job_id="train-1", spec=SPEC, submitted_at=started, updated_at=started)
+    # While the spot standby boots, the on-demand attempt runs the job
+    assert JobStatus(job, [on_demand, standby]).live_attempt == on_demand
+    # Once it is handed the job (the old attempt migrated, the standby got the Run task's token), it does
+    handed_over = [
+        on_demand.model_copy(update={"outcome": AttemptOutcome.MIGRATED, "ended_at": started + timedelta(hours=2)}),
+        standby.model_copy(update={"task_token": "token-2"}),
+    ]
+    assert JobStatus(job, handed_over).live_attempt == handed_over[1]
+    # And both instances count in the cost: 2 h on-demand, 2 h of the standby by 14:00 (boot included)
+    now = started + timedelta(hours=3)
+    assert JobStatus(job, handed_over).cost(now) == pytest.approx(2 * 3.06 + 2 * 0.97)
