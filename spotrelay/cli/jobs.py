@@ -179,17 +179,26 @@ def logs_command(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")] = False,
     job_output: Annotated[bool, typer.Option("--job-output", help="the job's own output only")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the agent's JSON lines as they are")] = False,
+    since_text: Annotated[
+        str | None, typer.Option("--since", metavar="DURATION", help="only the last 90m, 6h, 2d ... of lines")
+    ] = None,
 ) -> None:
     """The job's output and its agents' lines (checkpoints, notices, outcome), from CloudWatch Logs, in
     time order across its attempts; the job's own lines are printed as it wrote them."""
     from spotrelay.aws.stack import USAGE, StackError
+    from spotrelay.market import parse_duration
+
+    try:
+        window = None if since_text is None else parse_duration(since_text, "--since")
+    except ValueError as e:
+        fail(str(e))
 
     client = connect(stack, region, endpoint_url)
     seen: dict[str, int] = {}  # event id -> its time: the lines printed that a later answer may repeat
     lines_seen = 0
     done: set[str] = set()  # the streams (attempts) whose agent said "agent done", its last line
     latest = ""  # the latest attempt's stream seen (zero-padded: the greatest name)
-    since: int | None = None
+    since = None if window is None else int((utc_now().timestamp() - window * 3600) * 1000)
     was_live = False  # the job was seen running: once it ends, its agent's last batch is still to come
     ended_at: float | None = None
     failures = 0

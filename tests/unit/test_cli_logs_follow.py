@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -161,3 +162,18 @@ def test_an_agent_restarted_during_the_attempt_does_not_end_the_follow_early(
     result = follow(monkeypatch, stack, "--job-output")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["epoch 1", "epoch 2", "epoch 3 (the last)"]
+
+
+def test_since_asks_only_for_the_lines_of_that_last_stretch(monkeypatch: pytest.MonkeyPatch) -> None:
+    stack = ScriptedStack(
+        states=[JobState.SUCCEEDED],
+        shipped=[[output(1, STREAM_1, "epoch 1"), output(6, STREAM_1, "epoch 6"), output(9, STREAM_1, "epoch 9")]],
+    )
+    monkeypatch.setattr(jobs, "connect", lambda *a: stack)
+    monkeypatch.setattr(jobs, "utc_now", lambda: datetime.fromtimestamp(10, UTC))  # the lines' clock
+    result = CliRunner().invoke(app, ["logs", "train-1", "--since", "5s"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["epoch 6", "epoch 9"]
+    wrong = CliRunner().invoke(app, ["logs", "train-1", "--since", "yesterday"])
+    assert wrong.exit_code == 2
+    assert wrong.stderr.startswith("error: --since: 'yesterday' is not a duration")
