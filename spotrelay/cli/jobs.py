@@ -20,7 +20,7 @@ from spotrelay.cli.console import err, fail, out, tables
 from spotrelay.models import JobSpecError, load_job_spec
 
 if TYPE_CHECKING:
-    from spotrelay.aws.stack import JobsClient, JobStatus
+    from spotrelay.aws.stack import JobsClient, JobStatus, LogLine
     from spotrelay.models import Job
 
 T = TypeVar("T")
@@ -231,7 +231,7 @@ def logs_command(
                 if as_json:
                     sys.stdout.write(json.dumps(line.record) + "\n")
                 else:
-                    out.print(log_text(line.record), markup=False, highlight=False, soft_wrap=True)
+                    out.print(log_text(line), markup=False, highlight=False, soft_wrap=True)
             if ended and was_live:
                 # It ended while we followed: its agent sends its last batch as it exits, a few seconds on
                 # ("agent done"), or never if its instance went first (a cancel): wait that long at most.
@@ -311,9 +311,10 @@ def cancel_command(
     out.print(f"{job_id} {answer.get('state')}{gone}", markup=False)
 
 
-def log_text(record: dict[str, Any]) -> str:
+def log_text(line: LogLine) -> str:
     """The job's output as it printed it; an agent line as `[spotrelay 12:00:05 #2] message (key=value ...)`."""
-    if record.get("message") == "job output":
+    record = line.record
+    if line.is_job_output:
         return str(record.get("line", ""))
     details = ", ".join(f"{key}={value}" for key, value in record.items() if key not in _LOG_FIELDS)
     when = str(record.get("time", ""))[11:19]
