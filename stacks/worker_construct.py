@@ -13,7 +13,7 @@ The launch function picks the instance type, subnet and market per attempt and t
 
 from __future__ import annotations
 
-from aws_cdk import Aws
+from aws_cdk import Aws, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -28,7 +28,6 @@ from stacks.config import SpotRelayConfig
 from stacks.storage_construct import AGENT_PREFIX, CHECKPOINT_PREFIX
 from stacks.suppressions import acknowledge, acknowledge_wildcard_resources
 
-AGENT_LOG_GROUP_NAME = "/spotrelay/agent"
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 AMIs
 AGENT_UNIT = AGENT_UNIT_NAME
 TASK_TOKEN_ACTIONS = ("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat")
@@ -37,6 +36,11 @@ TASK_TOKEN_REASON = (
     "supports no resource-level permission for them, so their Resource must be '*'. The statement holds "
     "only task-token actions, and a caller needs a live token of one of our executions to use them."
 )
+
+
+def agent_log_group_name(stack_name: str) -> str:
+    """The worker agents' log group: one per stack (`spotrelay logs` finds it in the stack's outputs)."""
+    return f"/spotrelay/{stack_name}/agent"
 
 
 class Worker(Construct):
@@ -62,8 +66,12 @@ class Worker(Construct):
             description="spotrelay GPU workers: no inbound access; outbound to AWS APIs and package registries",
             allow_all_outbound=True,
         )
+        # Named after the stack, so two stacks in one account and region keep their workers' lines apart
         self.log_group = logs.LogGroup(
-            self, "AgentLogs", log_group_name=AGENT_LOG_GROUP_NAME, retention=logs.RetentionDays.ONE_MONTH
+            self,
+            "AgentLogs",
+            log_group_name=agent_log_group_name(Stack.of(self).stack_name),
+            retention=logs.RetentionDays.ONE_MONTH,
         )
         self.role = iam.Role(
             self,
@@ -87,7 +95,7 @@ class Worker(Construct):
             self,
             "LaunchTemplate",
             machine_image=image,
-            user_data=_agent_user_data(table=table, bucket=bucket),
+            user_data=_agent_user_data(table=table, bucket=bucket, log_group=self.log_group),
             instance_profile=self.instance_profile,
             security_group=self.security_group,
             http_endpoint=True,
@@ -158,7 +166,7 @@ class Worker(Construct):
         self.log_group.grant_write(self.role)
 
 
-def _agent_user_data(*, table: dynamodb.ITable, bucket: s3.IBucket) -> ec2.UserData:
+def _agent_user_data(*, table: dynamodb.ITable, bucket: s3.IBucket, log_group: logs.ILogGroup) -> ec2.UserData:
     """Install the agent from the bucket's agent/ wheel and run it as a systemd unit."""
     user_data = ec2.UserData.for_linux()
     user_data.add_commands(
@@ -178,7 +186,7 @@ def _agent_user_data(*, table: dynamodb.ITable, bucket: s3.IBucket) -> ec2.UserD
             {
                 ENV_TABLE: table.table_name,
                 ENV_BUCKET: bucket.bucket_name,
-                ENV_AGENT_LOG_GROUP: AGENT_LOG_GROUP_NAME,
+                ENV_AGENT_LOG_GROUP: log_group.log_group_name,
                 "AWS_REGION": Aws.REGION,
             }
         ).splitlines(),

@@ -166,6 +166,16 @@ def test_user_data_installs_the_agent_wheel_and_starts_the_unit_without_job_data
     assert '"${wheel}[aws,agent]"' in script
     assert "KillMode=process" in script
     assert "KillMode=mixed" not in script
+    # The agent ships its lines to this stack's log group, whatever the stack is called
+    log_group = synthesized.stack.worker.log_group
+    assert f"Environment=SPOTRELAY_AGENT_LOG_GROUP=<{synthesized.logical_id(log_group)}>" in script
+
+
+def test_the_agent_log_group_is_named_after_the_stack(synthesized: Synthesized) -> None:
+    # Two stacks in one account and region must not share (or fail to create) one log group
+    properties = synthesized.properties(synthesized.stack.worker.log_group)
+    assert properties["LogGroupName"] == f"/spotrelay/{synthesized.stack.stack_name}/agent"
+    assert properties["RetentionInDays"] == 30
 
 
 def test_instance_profile_carries_the_worker_role(synthesized: Synthesized) -> None:
