@@ -669,3 +669,39 @@ def test_spotrelay_whose_spot_launches_are_all_refused_runs_out_of_patience_with
     on_demand = [s for s in result.segments if s.pool.market is Market.ON_DEMAND]
     assert 24 <= on_demand[0].start <= 24 + 0.1
     assert result.deadline_met
+
+
+def test_make_bench_reports_each_other_seed_with_spotrelays_ratio_and_its_unmet_targets() -> None:
+    from spotrelay.bench.suite import OTHER_SEED_POLICIES, seeds_section
+
+    # Given two draws of a 10 h job due in 14 h: one where spot never comes (every deadline-meeting policy
+    # and the bound pay on-demand) and one where it comes after 12 h (too late for the deadline)
+    never = Workload(
+        name="fleet",
+        description="",
+        market=market_of({"us-east-1a": [0] * 40}),
+        jobs=(bench_job(["us-east-1a"], work=10, deadline=14),),
+    )
+    always = Workload(
+        name="fleet",
+        description="",
+        market=market_of({"us-east-1a": [0] * 12 + [1] * 60}),
+        jobs=(bench_job(["us-east-1a"], work=10, deadline=14),),
+    )
+    runs = run_workloads([never, always], OTHER_SEED_POLICIES, processes=1, progress=False)
+
+    # When make bench writes the section
+    lines = seeds_section([(2, runs[0]), (3, runs[1])])
+
+    # Then there is a row per seed, with spotrelay's cost vs the bound and the targets it does not meet there
+    rows = {line.split("|")[1].strip(): line for line in lines if line.startswith("| ") and line[2].isdigit()}
+    assert set(rows) == {"2", "3"}
+    for seed, run in zip(("2", "3"), runs, strict=True):
+        ratio = sum(r.cost for r in run.results["spotrelay"]) / sum(b.cost for b in run.bounds)
+        assert f"| {ratio:.3f}x |" in rows[seed]
+        unmet = [c.target for c in check_targets(run) if not c.met]
+        assert rows[seed].rstrip(" |").endswith("; ".join(unmet) or "none")
+    # skypilot-eager waits for spot and is late in the second draw, cheaper than spotrelay: its cell says so
+    assert "1 late)" in rows["3"]
+    assert "costs less than every other online policy" in rows["3"]
+    assert "| 1.000x |" in rows["2"]
