@@ -8,9 +8,10 @@ stack's name (`SpotRelay` unless `cdk deploy` was given another), credentials an
 
 from __future__ import annotations
 
+import heapq
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -252,14 +253,15 @@ class JobsClient:
             job_ids = [job.job_id for job in self.jobs(ended=True)]
         return [self.status(job_id) for job_id in dict.fromkeys(job_ids)]  # each once, in the order given
 
-    def log_lines(self, job_id: str, *, attempt: int | None = None, since_ms: int | None = None) -> list[LogLine]:
-        """The job's log lines (one attempt's, with `attempt`) from `since_ms` on, oldest first.
+    def log_lines(self, job_id: str, *, attempt: int | None = None, since_ms: int | None = None) -> Iterator[LogLine]:
+        """The job's log lines (one attempt's, with `attempt`) from `since_ms` on, oldest first, as their
+        pages arrive: a long job's history prints without waiting for all of it, or holding it.
 
         The job's streams are listed first (`<job id>/<attempt>`, by prefix), then read by name, at most
-        100 a call (FilterLogEvents' limit), rather than filtered by prefix: moto ignores that filter."""
+        100 a call (FilterLogEvents' limit), rather than filtered by prefix: moto ignores that filter. Each
+        call's events come sorted by time (FilterLogEvents' contract), so the calls' pages are merged."""
         group = self.stack.output(AGENT_LOG_GROUP)
         prefix = attempt_log_stream(job_id, attempt) if attempt is not None else f"{job_id}/"
-        lines: list[LogLine] = []
         try:
             streams = [
                 stream["logStreamName"]
@@ -269,24 +271,27 @@ class JobsClient:
                 for stream in page.get("logStreams", [])
                 if stream.get("logStreamName", "").startswith(prefix)
             ]
-            for at in range(0, len(streams), 100):
-                query: dict[str, Any] = {"logGroupName": group, "logStreamNames": streams[at : at + 100]}
-                if since_ms is not None:
-                    query["startTime"] = since_ms
-                for page in self.logs.get_paginator("filter_log_events").paginate(**query):
-                    lines.extend(
-                        LogLine(
-                            event_id=event.get("eventId", ""),
-                            timestamp_ms=event.get("timestamp", 0),
-                            stream=event.get("logStreamName", ""),
-                            record=_record(event.get("message", "")),
-                        )
-                        for event in page.get("events", [])
+        except (ClientError, BotoCoreError) as e:
+            raise StackError(f"cannot read the logs of job {job_id}: {_why(e)}") from None
+        chunks = [self._events(job_id, group, streams[at : at + 100], since_ms) for at in range(0, len(streams), 100)]
+        # heapq.merge is stable: lines of one millisecond keep the order their call gave them
+        yield from heapq.merge(*chunks, key=lambda line: line.timestamp_ms)
+
+    def _events(self, job_id: str, group: str, streams: list[str], since_ms: int | None) -> Iterator[LogLine]:
+        query: dict[str, Any] = {"logGroupName": group, "logStreamNames": streams}
+        if since_ms is not None:
+            query["startTime"] = since_ms
+        try:
+            for page in self.logs.get_paginator("filter_log_events").paginate(**query):
+                for event in page.get("events", []):
+                    yield LogLine(
+                        event_id=event.get("eventId", ""),
+                        timestamp_ms=event.get("timestamp", 0),
+                        stream=event.get("logStreamName", ""),
+                        record=_record(event.get("message", "")),
                     )
         except (ClientError, BotoCoreError) as e:
             raise StackError(f"cannot read the logs of job {job_id}: {_why(e)}") from None
-        # stable: a stream's lines keep their order within a millisecond
-        return sorted(lines, key=lambda line: (line.timestamp_ms, line.stream))
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Run the stack's cancel function on the job and return what it answered."""

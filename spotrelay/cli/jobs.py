@@ -202,12 +202,35 @@ def logs_command(
     was_live = False  # the job was seen running: once it ends, its agent's last batch is still to come
     ended_at: float | None = None
     failures = 0
+
+    def show(line: LogLine) -> None:
+        nonlocal lines_seen, latest, since
+        if line.event_id in seen:
+            return
+        seen[line.event_id] = line.timestamp_ms
+        lines_seen += 1
+        latest = max(latest, line.stream)
+        if line.record.get("message") == "agent done" and line.record.get("outcome") != "detached":
+            done.add(line.stream)  # (a detached agent was stopped and left the job to the next one)
+        # Ask again from a minute before the latest line: another attempt's agent (a standby's, at a
+        # handover) may send older lines in a later batch. The seen ids drop the repeats.
+        since = max(since or 0, line.timestamp_ms - FOLLOW_LOOKBACK_MS)
+        if job_output and not line.is_job_output:
+            return
+        if as_json:
+            sys.stdout.write(json.dumps(line.record) + "\n")
+        else:
+            out.print(log_text(line), markup=False, highlight=False, soft_wrap=True)
+
     try:
         while True:
             try:
-                # The state is read before the lines: no line written before the end is missed.
+                # The state is read before the lines: no line written before the end is missed. The lines
+                # print as their pages arrive; a failure part way is retried from `since`, the seen ids
+                # dropping what was printed.
                 ended = client.status(job_id).job.state.is_terminal
-                lines = client.log_lines(job_id, attempt=attempt, since_ms=since)
+                for line in client.log_lines(job_id, attempt=attempt, since_ms=since):
+                    show(line)
             except StackError as e:
                 failures += 1
                 if not follow or e.code == USAGE or failures >= FOLLOW_MAX_FAILURES:
@@ -215,23 +238,6 @@ def logs_command(
                 time.sleep(FOLLOW_POLL_SECONDS)  # a throttle or a network blip: a long follow goes on
                 continue
             failures = 0
-            for line in lines:
-                if line.event_id in seen:
-                    continue
-                seen[line.event_id] = line.timestamp_ms
-                lines_seen += 1
-                latest = max(latest, line.stream)
-                if line.record.get("message") == "agent done" and line.record.get("outcome") != "detached":
-                    done.add(line.stream)  # (a detached agent was stopped and left the job to the next one)
-                # Ask again from a minute before the latest line: another attempt's agent (a standby's, at a
-                # handover) may send older lines in a later batch. The seen ids drop the repeats.
-                since = max(since or 0, line.timestamp_ms - FOLLOW_LOOKBACK_MS)
-                if job_output and not line.is_job_output:
-                    continue
-                if as_json:
-                    sys.stdout.write(json.dumps(line.record) + "\n")
-                else:
-                    out.print(log_text(line), markup=False, highlight=False, soft_wrap=True)
             if ended and was_live:
                 # It ended while we followed: its agent sends its last batch as it exits, a few seconds on
                 # ("agent done"), or never if its instance went first (a cancel): wait that long at most.

@@ -174,3 +174,60 @@ def test_the_live_attempt_is_the_standby_once_it_is_handed_the_job() -> None:
     # And both instances count in the cost: 2 h on-demand, 2 h of the standby by 14:00 (boot included)
     now = started + timedelta(hours=3)
     assert JobStatus(job, handed_over).cost(now) == pytest.approx(2 * 3.06 + 2 * 0.97)
+
+
+class Logs:
+    """CloudWatch Logs with `streams` streams of one job, line i of stream s at time 1000 * i + s; FilterLogEvents
+    answers sorted by time (its contract), in pages of 10 lines, and counts the pages it served."""
+
+    def __init__(self, job_id: str, streams: int, lines: int) -> None:
+        self.names = [f"{job_id}/{n:05d}" for n in range(1, streams + 1)]
+        self.lines = lines
+        self.pages_served = 0
+
+    def get_paginator(self, operation: str) -> Any:
+        logs = self
+
+        class Paginator:
+            def paginate(self, **query: Any) -> Any:
+                if operation == "describe_log_streams":
+                    yield {"logStreams": [{"logStreamName": n} for n in logs.names]}
+                    return
+                assert len(query["logStreamNames"]) <= 100  # FilterLogEvents' limit
+                events = sorted(
+                    (
+                        {
+                            "eventId": f"{name}-{i}",
+                            "timestamp": 1000 * i + logs.names.index(name),
+                            "logStreamName": name,
+                            "message": json.dumps({"message": f"line {i}"}),
+                        }
+                        for name in query["logStreamNames"]
+                        for i in range(logs.lines)
+                    ),
+                    key=lambda event: event["timestamp"],
+                )
+                for at in range(0, len(events), 10):
+                    logs.pages_served += 1
+                    yield {"events": events[at : at + 10]}
+
+        return Paginator()
+
+
+def test_log_lines_of_many_attempts_come_in_time_order_as_their_pages_arrive() -> None:
+    stack = DeployedStack("SpotRelay", "us-east-1", "CREATE_COMPLETE", OUTPUTS)
+    # Given a job with 150 attempts (two FilterLogEvents calls of at most 100 streams), 3 lines each
+    logs = Logs("train-1", streams=150, lines=3)
+    jobs = JobsClient(stack, sqs=None, lambda_=None, logs=logs, dynamodb=None)  # type: ignore[arg-type]
+
+    # When the lines are read
+    lines = jobs.log_lines("train-1")
+    first = next(lines)
+
+    # Then the first line is there after one page of each call, not after all 45 pages
+    assert logs.pages_served == 2
+    # and all of them come, each once, oldest first across the two calls
+    rest = [first, *lines]
+    assert [line.timestamp_ms for line in rest] == sorted(1000 * i + s for i in range(3) for s in range(150))
+    assert len({line.event_id for line in rest}) == 450
+    assert logs.pages_served == 45
