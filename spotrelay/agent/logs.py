@@ -63,6 +63,9 @@ def configure_json_logging(stream: TextIO | None = None, level: int = logging.IN
     return handler
 
 
+# Lines waiting for CloudWatch Logs at most (about 30 MB of agent lines): past it, they go to the journal only
+MAX_QUEUED_LINES = 100_000
+UNSHIPPED = "log lines not shipped while CloudWatch Logs did not take them (they are in the instance's journal)"
 # Batches leave at most this often (watchtower's send_interval): `spotrelay logs --follow` lags by about as much.
 SHIP_INTERVAL_SECONDS = 5
 
@@ -73,13 +76,42 @@ def attempt_log_stream(job_id: str, attempt: int) -> str:
 
 
 def ship_to_cloudwatch(
-    client: Any, log_group: str, stream: str, logger: logging.Logger | None = None
+    client: Any,
+    log_group: str,
+    stream: str,
+    logger: logging.Logger | None = None,
+    *,
+    max_queued: int = MAX_QUEUED_LINES,
 ) -> logging.Handler:
     """Send the agent's log lines (the job's output among them) to `log_group`/`stream` too, in batches
     from a background thread (watchtower); returns the handler, whose close() sends what is left. The log
-    group is the stack's: never created here. Failures to deliver are warnings, never the job's problem.
-    `logger`: the agent's (spotrelay.agent) unless given."""
+    group is the stack's: never created here. Failures to deliver are warnings, never the job's problem:
+    while CloudWatch Logs does not take them, at most `max_queued` lines wait (beyond watchtower's batch in
+    flight), later ones are left to the journal and counted, and the stream says how many once lines flow
+    again. `logger`: the agent's (spotrelay.agent) unless given."""
     import watchtower
+
+    class BoundedHandler(watchtower.CloudWatchLogHandler):
+        """watchtower's handler with a bounded queue: its own grows without end while sends fail."""
+
+        dropped = 0
+
+        def emit(self, record: logging.LogRecord) -> None:
+            waiting = self.queues.get(stream)
+            if waiting is not None and waiting.qsize() >= max_queued:
+                if not self.dropped:
+                    note = {"level": "WARNING", "message": "log lines not shipped: CloudWatch Logs is not taking them"}
+                    sys.stderr.write(json.dumps(note | {"log_group": log_group, "stream": stream}) + "\n")
+                self.dropped += 1
+                return
+            if self.dropped:
+                dropped, self.dropped = self.dropped, 0
+                note_record = logging.LogRecord(LOGGER_NAME, logging.WARNING, __file__, 0, UNSHIPPED, None, None)
+                note_record.lines = dropped
+                for key in ("job_id", "attempt"):  # the agent's lines carry them: so does this one
+                    setattr(note_record, key, getattr(record, key, None))
+                super().emit(note_record)  # type: ignore[no-untyped-call]
+            super().emit(record)  # type: ignore[no-untyped-call]
 
     try:
         # Here rather than by watchtower, which creates it only after a send fails, dropping what is logged
@@ -91,7 +123,7 @@ def ship_to_cloudwatch(
         logging.getLogger(LOGGER_NAME).warning(
             "could not create the log stream", extra={"log_group": log_group, "stream": stream, "error": str(e)}
         )
-    handler = watchtower.CloudWatchLogHandler(
+    handler = BoundedHandler(
         log_group_name=log_group,
         log_stream_name=stream,
         boto3_client=client,

@@ -1,0 +1,75 @@
+"""The agent's CloudWatch shipping while CloudWatch Logs does not take lines: memory stays bounded, the
+journal keeps every line, and the stream says how many it lacks once lines flow again."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+import pytest
+
+import spotrelay.agent.logs
+from spotrelay.agent.logs import UNSHIPPED, JobLogger, ship_to_cloudwatch
+
+
+class StalledLogs:
+    """CloudWatch Logs whose PutLogEvents hangs until `recover` is set, then takes everything."""
+
+    class exceptions:  # boto3 client attribute
+        class ResourceAlreadyExistsException(Exception):
+            pass
+
+    def __init__(self) -> None:
+        self.recover = threading.Event()
+        self.calls = threading.Semaphore(0)
+        self.shipped: list[dict[str, Any]] = []
+
+    def create_log_stream(self, **kwargs: Any) -> dict[str, Any]:
+        return {}
+
+    def put_log_events(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.release()
+        self.recover.wait(timeout=60)
+        self.shipped.extend(json.loads(event["message"]) for event in kwargs["logEvents"])
+        return {"nextSequenceToken": "t"}
+
+
+def test_lines_beyond_the_bound_are_left_to_the_journal_and_the_stream_says_how_many(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spotrelay.agent.logs, "SHIP_INTERVAL_SECONDS", 0.05)
+    client = StalledLogs()
+    logger = logging.getLogger("test.agent.shipping")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    handler = ship_to_cloudwatch(client, "/spotrelay/SpotRelay/agent", "job-1/00001", logger, max_queued=100)
+    log = JobLogger("job-1", 1, logger)
+    try:
+        # Given a batch in flight that CloudWatch does not answer
+        log.info("job output", extra={"line": "first"})
+        assert client.calls.acquire(timeout=30), "watchtower never sent its first batch"
+
+        # When the job prints 250 more lines meanwhile
+        for n in range(250):
+            log.info("job output", extra={"line": f"stalled {n}"})
+
+        # Then 100 wait, the other 150 are left to the journal, which is told once
+        queued = getattr(handler, "queues")["job-1/00001"]  # noqa: B009 - watchtower's, untyped
+        assert queued.qsize() == 100
+        [warning] = capsys.readouterr().err.splitlines()
+        assert json.loads(warning)["message"] == "log lines not shipped: CloudWatch Logs is not taking them"
+
+        # And once CloudWatch takes lines again, the next line comes after a count of what is missing
+        client.recover.set()
+        queued.join()  # watchtower's thread has taken the 100 into its next batch
+        log.info("job output", extra={"line": "after"})
+    finally:
+        handler.close()
+    lines = [event.get("line") for event in client.shipped]
+    assert lines == ["first", *(f"stalled {n}" for n in range(100)), None, "after"]
+    note = client.shipped[-2]
+    assert note["message"] == UNSHIPPED
+    assert note["lines"] == 150
+    assert (note["job_id"], note["attempt"]) == ("job-1", 1)
