@@ -29,7 +29,7 @@ queue = SqsJobQueue(boto3.client("sqs"), settings.queue_url, settings.dlq_url)
 workflow = StepFunctionsWorkflow(boto3.client("stepfunctions"), settings.state_machine_arn)
 
 
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

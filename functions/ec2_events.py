@@ -38,7 +38,7 @@ class EventBridgeModel(PowertoolsEventBridgeModel):
 _METRIC_BY_ACTION = {"interrupt": "Interruptions", "lost": "InstancesLost", "rebalance": "RebalanceRecommendations"}
 
 
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

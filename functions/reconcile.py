@@ -34,7 +34,7 @@ workflow = StepFunctionsWorkflow(boto3.client("stepfunctions"), settings.state_m
 placement = PlacementContext(subnets=settings.subnets, allowed_families=settings.allowed_families)
 
 
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

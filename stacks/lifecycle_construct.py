@@ -55,6 +55,8 @@ OUTCOME = "Outcome"
 SUCCEEDED = "Succeeded"
 CANCELLED = "Cancelled"
 FAILED = "Failed"
+# A Standard workflow's execution lasts at most a year (AWS Step Functions service quotas): so does a run
+RUN_TIMEOUT = Duration.days(365)
 STATE_NAMES = (
     PLACE,
     PLACE_CHOICE,
@@ -200,6 +202,10 @@ class JobLifecycle(Construct):
                 {"job_id": sfn.JsonPath.string_at("$.job_id"), "task_token": sfn.JsonPath.task_token}
             ),
             heartbeat_timeout=sfn.Timeout.at("$.heartbeat_seconds"),
+            # Explicit, not the service's default: the States Language's is 60 s (moto applies it, so every
+            # run would time out after a minute of wall time), AWS's is 99999999 s. An attempt runs as long
+            # as its job needs; the heartbeat, not this, catches a silent worker.
+            task_timeout=sfn.Timeout.duration(RUN_TIMEOUT),
             result_path="$.run",
             retry_on_service_exceptions=False,
         )

@@ -89,6 +89,9 @@ def test_run_waits_for_the_task_token_with_a_heartbeat_and_catches_in_order(
     assert run["Resource"] == "arn:<AWS::Partition>:states:::lambda:invoke.waitForTaskToken"
     assert run["Parameters"]["Payload"] == {"job_id.$": "$.job_id", "task_token.$": "$$.Task.Token"}
     assert run["HeartbeatSecondsPath"] == "$.heartbeat_seconds"
+    # A run's own timeout is explicit and as long as an execution may last: without it, moto (and the States
+    # Language) time the task out after 60 s, and `spotrelay local up` lost every job after a minute
+    assert run["TimeoutSeconds"] == 365 * 24 * 3600
     assert run["ResultPath"] == "$.run"
     assert run["Catch"] == [
         {"ErrorEquals": ["InsufficientInstanceCapacity"], "ResultPath": "$.error", "Next": lc.PLACE},

@@ -7,9 +7,11 @@ pools is its tie-break; the tests assert where the plan may go, not which pool w
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -88,6 +90,49 @@ def test_launch_starts_one_tagged_spot_instance_in_the_first_planned_pool(deploy
     ref = deployment.store.get_instance_ref(instance_id)
     assert ref is not None
     assert (ref.job_id, ref.attempt) == (JOB, 1)
+
+
+def test_a_warm_function_logs_no_key_of_the_job_it_ran_before(
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The functions' lines as Powertools formats them (with the keys a handler appended), whatever stream
+    # an earlier test left its handler on, at INFO whatever level it left
+    caplog.set_level(logging.INFO, logger="spotrelay")
+    written = io.StringIO()
+    lines = logging.StreamHandler(written)
+    lines.setFormatter(deployment.load("place").logger.registered_formatter)
+    logging.getLogger("spotrelay").addHandler(lines)
+    try:
+        # Given a job launched (Launch's lines carry its job id and attempt 1)
+        deployment.launch_job(JOB)
+        other = "resnet50-0000000000b2"
+        deployment.create_job(other, state=JobState.PLACING)
+        written.truncate(0)
+        written.seek(0)
+
+        # When Place and Launch then run for another job in the same (warm) processes
+        deployment.invoke("place", {"job_id": other})
+        place_lines = log_lines(written.getvalue())
+        written.truncate(0)
+        written.seek(0)
+        token = deployment.start_waiting_execution(other)
+        deployment.invoke("launch", {"job_id": other, "task_token": token})
+        launch_lines = log_lines(written.getvalue())
+    finally:
+        logging.getLogger("spotrelay").removeHandler(lines)
+
+    # Then every line is about that job: no job id or attempt of the first (Powertools keeps appended keys
+    # across invocations unless told to clear them)
+    assert place_lines
+    assert launch_lines
+    assert {line.get("job_id") for line in place_lines + launch_lines} == {other}
+    assert all("attempt" not in line for line in place_lines)
+    assert {line["attempt"] for line in launch_lines if "attempt" in line} <= {1}
+
+
+def log_lines(output: str) -> list[dict[str, Any]]:
+    """The functions' Powertools log lines in `output` (not their metrics)."""
+    return [line for text in output.splitlines() if text.startswith("{") and "message" in (line := json.loads(text))]
 
 
 def test_a_retried_launch_with_the_same_token_launches_nothing_more(deployment: Deployment) -> None:
