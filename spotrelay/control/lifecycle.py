@@ -558,6 +558,7 @@ def recover_step(
         action = decide_recovery(fresh, ended, event)
         if isinstance(action, Fail):
             result = StepResult(action="fail", error=action.error, cause=action.reason)
+            fresh.interruptions += int(kind.is_interruption)  # the one that ended it happened too
         else:
             fresh.interruptions += int(action.counts_interruption)
             fresh.restarts += int(action.counts_restart)
@@ -590,11 +591,12 @@ def close_attempt(
     attempt: Attempt, outcome: AttemptOutcome, now: datetime, pointer: CheckpointPointer | None
 ) -> Attempt:
     """The attempt, ended at `now` (or as it already was), with its lost work accounted: progress
-    made since the instance was running, less what the checkpoints of this attempt preserved."""
+    made since the instance was running, less what the checkpoints of this attempt preserved. An instance
+    never seen `running` (lost before it booted, or never given capacity) made none."""
     if attempt.outcome is not None:
         return attempt
-    ran_from = attempt.running_at or attempt.started_at
-    progress = max(0.0, (now - ran_from).total_seconds() / 3600) * attempt.relative_speed
+    ran = 0.0 if attempt.running_at is None else max(0.0, (now - attempt.running_at).total_seconds() / 3600)
+    progress = ran * attempt.relative_speed
     saved = 0.0
     if pointer is not None and pointer.attempt == attempt.attempt:
         saved = max(0.0, pointer.work_done_hours - attempt.work_done_hours_at_start)

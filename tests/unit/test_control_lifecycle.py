@@ -462,6 +462,23 @@ def test_recover_after_the_final_checkpoint_closes_the_attempt_accounts_it_and_r
     assert world.blocked() == {CHEAPEST: world.clock.now() + timedelta(minutes=3)}
 
 
+def test_an_instance_never_seen_running_lost_no_work() -> None:
+    # Given an attempt launched an hour ago whose instance never reached running (no agent ever heartbeated)
+    world = World()
+    world.launched()
+    world.advance(hours=1)
+    # When Recover runs on the heartbeat timeout
+    result = world.recover(failure=error("States.Timeout"))
+    # Then the job relaunches, is charged the hour, counts the interruption, and lost no work
+    assert result.action == "relaunch"
+    attempt = world.attempt()
+    assert attempt.outcome is not None
+    assert attempt.lost_work_hours == 0
+    job = world.job()
+    assert (job.interruptions, job.lost_work_hours) == (1, 0)
+    assert job.cost_usd == pytest.approx(attempt.hourly_price)
+
+
 def test_recover_stops_waiting_for_a_final_checkpoint_after_150_seconds() -> None:
     # Given an attempt that ran an hour, was warned 150 s ago, and never checkpointed
     world = World()
@@ -546,9 +563,10 @@ def test_recover_fails_with_too_many_interruptions_past_max_interruptions() -> N
     world.advance(hours=1)
     # When its second instance is lost too
     result = world.recover(failure=error("InstanceLost"))
-    # Then the job fails with TooManyInterruptions
+    # Then the job fails with TooManyInterruptions, and its record counts as many as the reason says
     assert (result.action, result.error) == ("fail", "TooManyInterruptions")
     assert result.cause == "2 interruptions; limits.max_interruptions is 1"
+    assert world.job().interruptions == 2
 
 
 def test_recover_with_same_pool_first_prefers_the_lost_pool_instead_of_blocking_it() -> None:
