@@ -9,6 +9,7 @@ intervals and heartbeats run in real (or scaled) time, because nothing drives a 
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 import threading
@@ -73,6 +74,8 @@ def serve_local_stack(
     _check_port(host, port)
     clock = WallClock(market.start if market is not None else None, speed=speed)
     with LocalRuntime(clock=clock, market=market, region=region, code_root=code_root, quiet=quiet) as runtime:
+        # werkzeug prints a line for every request (each boto3 call, each poll): its warnings are enough
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
         server.start()
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 from botocore.config import Config
 from typer.testing import CliRunner
 
@@ -27,7 +28,7 @@ def free_port() -> int:
 
 
 def test_a_client_of_the_endpoint_runs_a_job(
-    synthesized_template: Path, events_dir: Path, resnet50_message: str
+    synthesized_template: Path, events_dir: Path, resnet50_message: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # the example prices are stamped in the first hour of START: all of them hold an hour later
     market = price_market(events_dir / "prices" / "us-east-1-example.csv", START + timedelta(hours=1))
@@ -63,6 +64,8 @@ def test_a_client_of_the_endpoint_runs_a_job(
         printed = "\n".join(describe(served))
         assert served.endpoint_url in printed
         assert stack.queue_url in printed
+    # And the server did not print a line per request
+    assert not [r for r in caplog.records if r.name == "werkzeug" and "HTTP/1.1" in r.getMessage()]
 
 
 def test_local_up_is_a_command() -> None:
