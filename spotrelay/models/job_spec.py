@@ -205,8 +205,14 @@ class JobSpec(_Spec):
     @model_validator(mode="after")
     def _deadline_fits_work(self) -> Self:
         deadline, work = self.limits.deadline_hours, self.work_hours
-        if deadline is None or work is None:
+        if deadline is None:
             return self
+        if work is None:
+            raise SpecFieldError(
+                "limits.deadline_hours",
+                "needs work_hours (the job's run time on the reference GPU, a V100): without an estimate of the "
+                "work nobody can tell when on-demand is needed to finish in time; give work_hours, or no deadline",
+            )
         fastest = max(relative_speed(t) for t in self.resources.fitting_types())
         shortest = work / fastest
         if deadline < shortest:

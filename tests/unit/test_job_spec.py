@@ -278,6 +278,12 @@ TOP_LEVEL_KEYS = "name, run, resources, checkpoint, limits, work_hours, priority
             id="deadline-shorter-than-work-on-fastest-accepted-gpu",
         ),
         pytest.param(
+            MINIMAL + "limits: {deadline_hours: 5}\n",
+            "limits.deadline_hours",
+            ["needs work_hours", "give work_hours, or no deadline"],
+            id="deadline-without-work-hours",
+        ),
+        pytest.param(
             MINIMAL.replace("{command: python train.py}", "{env: {EPOCHS: '90'}}"),
             "run",
             ["give run.image, run.command, or both"],

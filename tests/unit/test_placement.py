@@ -301,18 +301,6 @@ def test_a_pool_that_would_finish_only_without_its_launch_overhead_is_rejected_f
     assert category == "deadline"
 
 
-def test_without_a_work_estimate_no_pool_is_rejected_for_a_deadline_it_cannot_judge() -> None:
-    # Given a job with a 24 h deadline but no work_hours, relaunched 23.5 h after submission
-    spec = job_spec(limits={"deadline_hours": 24})
-    # When it is placed on an L4 spot pool
-    placement = place(spec, [quote("g6.xlarge", ZONE_A, 0.30)], elapsed_hours=23.5)
-    # Then the pool is ranked: with no work estimate, nobody knows whether 0.5 h is too little (the market
-    # choice itself says "no work estimate: spot only"). The 1 h used to express costs per hour of work is
-    # not a work estimate and must not reject pools as "needs 1.03 h".
-    assert placement.rejected == ()
-    assert ranked_pools(placement) == [spot_pool("g6.xlarge")]
-
-
 def test_work_done_shortens_the_remaining_run() -> None:
     # Given a 10 h V100 job of which 8 h are checkpointed
     spec = job_spec(work_hours=10, resources={"gpus": 1, "gpu_models": ["V100"]})
@@ -616,14 +604,11 @@ def job_specs(draw: st.DrawFn) -> JobSpec:
     if cap is not None:
         limits["max_price_per_hour"] = cap
     work_hours = draw(st.none() | st.floats(0.5, 200.0))
-    if draw(st.booleans()):
-        if work_hours is None:
-            limits["deadline_hours"] = draw(st.floats(0.5, 100.0))
-        else:
-            # Long enough for the fastest accepted GPU (or the spec is invalid), often for slower ones too.
-            fastest = max(relative_speed(t) for t in fitting)
-            speed = draw(st.just(fastest) | st.sampled_from(sorted(relative_speed(t) for t in fitting)))
-            limits["deadline_hours"] = work_hours / speed * draw(st.floats(1.0, 5.0))
+    if work_hours is not None and draw(st.booleans()):  # a deadline needs a work estimate
+        # Long enough for the fastest accepted GPU (or the spec is invalid), often for slower ones too.
+        fastest = max(relative_speed(t) for t in fitting)
+        speed = draw(st.just(fastest) | st.sampled_from(sorted(relative_speed(t) for t in fitting)))
+        limits["deadline_hours"] = work_hours / speed * draw(st.floats(1.0, 5.0))
     fields: dict[str, Any] = {
         "resources": resources,
         "limits": limits,
