@@ -9,7 +9,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -17,7 +17,7 @@ import typer
 from rich.table import Column, Table
 
 from spotrelay.cli.console import err, fail, out, tables
-from spotrelay.models import JobSpecError, load_job_spec
+from spotrelay.models import JobSpecError, JobState, load_job_spec
 
 if TYPE_CHECKING:
     from spotrelay.aws.stack import JobsClient, JobStatus, LogLine
@@ -341,6 +341,7 @@ def job_row(job: Job) -> dict[str, Any]:
         "cost_usd": job.cost_usd,  # of the ended attempts
         "submitted_at": job.submitted_at.isoformat(),
         "failure_reason": job.failure_reason,
+        "waiting_reason": job.waiting_reason,
     }
 
 
@@ -375,6 +376,14 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     if on_demand > 0:
         cost += f", ${on_demand:.2f} on on-demand ({_share(total, on_demand)} saved)"
     lines.append(f"{cost}; {job.interruptions} interruption(s), {job.lost_work_hours:.2f} h of work lost")
+    if job.state is JobState.WAITING and job.waiting_since is not None:
+        patience = job.spec.limits.max_wait_hours
+        until = job.waiting_since + timedelta(hours=patience)
+        lines.append(
+            f"  waiting since {job.waiting_since:%Y-%m-%d %H:%M} UTC: {job.waiting_reason or 'no pool found'}; at "
+            f"{until:%Y-%m-%d %H:%M} UTC (limits.max_wait_hours {patience:g}) it goes on-demand if its spec "
+            "allows, else fails with NoCapacity"
+        )
     if job.failure_reason:
         lines.append(f"  why: {job.failure_reason}")
     return lines

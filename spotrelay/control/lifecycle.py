@@ -162,6 +162,7 @@ def place_step(
                 plan.sort(key=lambda p: p.pool != preferred)
             fresh.placement = tuple(plan)
             fresh.place_waits = 0
+            fresh.waiting_reason = None
             # `waiting_since` stays: the wait ends when an instance is launched (`_count_attempt`), not when a
             # plan is made, or a job whose every launch is refused would never run out of patience.
             fresh.state = ensure_transition(fresh.state, JobState.LAUNCHING)
@@ -180,6 +181,7 @@ def place_step(
         wait = place_wait_seconds(fresh.place_waits, decision.market)
         fresh.place_waits += 1
         fresh.waiting_since = waiting_since
+        fresh.waiting_reason = decision.why_none()
         fresh.state = ensure_transition(fresh.state, JobState.WAITING)
         return StepResult(action="wait", wait_seconds=wait, cause=decision.market.reason)
 

@@ -132,6 +132,7 @@ class Job(BaseModel):
     waiting_since: AwareDatetime | None = Field(
         default=None, description="the first placement that found no pool since the job's last launch"
     )
+    waiting_reason: str | None = Field(default=None, description="why the latest placement found no pool")
     preferred_pool: Pool | None = Field(default=None, description="recovery asks to try this pool first")
     last_recovered_attempt: int = Field(default=0, ge=0, description="recovery applied up to this attempt")
     last_recovery: dict[str, Any] | None = Field(default=None, description="what that recovery decided")

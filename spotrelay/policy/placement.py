@@ -61,6 +61,7 @@ class Rejection(BaseModel):
     pool: Pool
     reason: str
     category: str  # a short key to summarise rejections by: "misfit", "blocked", "price-cap", ...
+    hourly_price: float | None = None  # the pool's price, where it was quoted
 
 
 class Placement(BaseModel):
@@ -140,6 +141,19 @@ class Placement(BaseModel):
                     shown.add(rejection.category)
                     lines.append(f"  e.g. {rejection.pool}: {rejection.reason}")
         return lines
+
+    def why_none(self) -> str:
+        """One line on why no pool can take the job now: what ruled the candidates out, with the cheapest
+        example of each kind (the price a cap would have to allow)."""
+        if not self.rejected:
+            return f"no pool is quoted for the job; market: {self.market.reason}"
+        counts = Counter(r.category for r in self.rejected)
+        kinds = []
+        for category, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+            of_kind = [r for r in self.rejected if r.category == category]
+            example = min(of_kind, key=lambda r: (r.hourly_price is None, r.hourly_price or 0.0))
+            kinds.append(f"{n} {category} (cheapest: {example.pool}: {example.reason})")
+        return f"no pool can take the job now: {'; '.join(kinds)}"
 
 
 def latest_quotes(quotes: Iterable[PriceQuote]) -> dict[Pool, PriceQuote]:
@@ -261,6 +275,7 @@ def place(
                     pool=pool,
                     reason=f"${price:.4f}/h is above max_price_per_hour ${cap:g}",
                     category="price-cap",
+                    hourly_price=price,
                 )
             )
             return None

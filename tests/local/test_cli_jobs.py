@@ -92,6 +92,27 @@ def test_cancel_terminates_the_instance_and_ls_keeps_the_job_under_all(
     assert [(j["job_id"], j["state"]) for j in listed] == [(job_id, "CANCELLED")]
 
 
+def test_status_of_a_waiting_job_says_why_and_until_when(
+    runtime: LocalRuntime, clock: VirtualClock, tmp_path: Path
+) -> None:
+    # Given a job whose price cap no pool meets (the cheapest pool that fits is $0.35/h)
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        "name: cheap\nrun: {command: python train.py}\nresources: {gpus: 1}\nwork_hours: 1\n"
+        "limits: {max_price_per_hour: 0.05, max_wait_hours: 6}\n"
+    )
+    # When it is submitted and a user asks for its status
+    job_id = submit(clock, job_file)
+    text = run(clock, "status", job_id).stdout
+    # Then it is WAITING, and says why (the cap, and what the cheapest pool costs) and when it gives up
+    assert f"{job_id}  WAITING" in text
+    assert "waiting since" in text
+    assert "price-cap (cheapest: g6.xlarge in us-east-1a (spot): $0.3500/h is above max_price_per_hour $0.05)" in text
+    until = START + timedelta(hours=6)
+    assert f"at {until:%Y-%m-%d %H:%M} UTC (limits.max_wait_hours 6)" in text
+    assert json.loads(run(clock, "status", job_id, "--json").stdout)["job"]["waiting_reason"].startswith("no pool")
+
+
 def test_an_invalid_job_is_refused_before_anything_is_sent(
     runtime: LocalRuntime, clock: VirtualClock, tmp_path: Path
 ) -> None:

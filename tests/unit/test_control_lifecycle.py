@@ -46,6 +46,23 @@ def test_place_waits_when_every_pool_is_above_the_jobs_price_cap() -> None:
     assert job.state is JobState.WAITING
     assert job.placement == ()
     assert job.waiting_since == world.clock.now()
+    # And says why, with the price the cap would have to allow: the cheapest pool, $0.35/h
+    assert job.waiting_reason is not None
+    assert job.waiting_reason.startswith("no pool can take the job now: 3 price-cap (cheapest: ")
+    assert f"{CHEAPEST}: $0.3500/h is above max_price_per_hour $0.3" in job.waiting_reason
+
+
+def test_a_plan_clears_the_reason_the_job_waited() -> None:
+    # Given a job that waited for a price under its cap
+    world = World()
+    world.admitted(limits={"max_price_per_hour": 0.3})
+    world.place()
+    # When the prices fall under the cap and Place runs again
+    world.compute.prices[(CHEAPEST.instance_type, CHEAPEST.availability_zone)] = 0.25
+    result = world.place()
+    # Then the job launches and no longer carries a reason to wait
+    assert result.action == "launch"
+    assert world.job().waiting_reason is None
 
 
 def test_place_backs_off_doubling_the_wait_up_to_the_three_minute_block() -> None:
