@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 from pydantic import ValidationError
 
 from spotrelay.agent.logs import attempt_log_stream
@@ -87,6 +87,10 @@ def deployed_stack(cloudformation: Any, name: str) -> DeployedStack:
     region = getattr(getattr(cloudformation, "meta", None), "region_name", None) or "?"
     try:
         stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
+    except NoCredentialsError as e:  # this machine's AWS configuration, not AWS
+        raise StackError(
+            f"cannot read stack {name} in {region}: {e} (give AWS_PROFILE, or `aws configure`)", USAGE
+        ) from None
     except (ClientError, BotoCoreError) as e:
         missing = isinstance(e, ClientError) and "does not exist" in str(e)
         raise StackError(
@@ -182,6 +186,8 @@ class JobsClient:
             )
         except ValueError as e:  # botocore's answer to an endpoint URL it cannot use
             raise StackError(f"--endpoint-url {endpoint_url}: {e}", USAGE) from None
+        except NoRegionError as e:  # this machine's AWS configuration, not AWS
+            raise StackError(f"cannot reach stack {stack_name}: {e} (give --region, or AWS_REGION)", USAGE) from None
         except BotoCoreError as e:  # no region, no credentials, an endpoint that does not answer
             raise StackError(f"cannot reach stack {stack_name}: {e}") from None
 

@@ -228,7 +228,8 @@ def logs_command(
                 # The state is read before the lines: no line written before the end is missed. The lines
                 # print as their pages arrive; a failure part way is retried from `since`, the seen ids
                 # dropping what was printed.
-                ended = client.status(job_id).job.state.is_terminal
+                state = client.status(job_id).job.state
+                ended = state.is_terminal
                 for line in client.log_lines(job_id, attempt=attempt, since_ms=since):
                     show(line)
             except StackError as e:
@@ -247,9 +248,22 @@ def logs_command(
                 finished = ended
             if not follow or finished:
                 if not lines_seen:
-                    note = f"no log lines for {job_id} yet: its agent ships them once an instance runs it"
+                    note = (
+                        f"no log lines for {job_id}: it ended {state.value} before an agent shipped any"
+                        if ended
+                        else f"no log lines for {job_id} yet: its agent ships them once an instance runs it"
+                    )
                     err.print(note, markup=False, soft_wrap=True)
+                elif follow:
+                    err.print(f"{job_id} ended {state.value}", markup=False, soft_wrap=True)
                 return
+            if not lines_seen and not was_live and not ended:  # following from the start: say what it waits for
+                err.print(
+                    f"waiting for the first lines of {job_id} ({state.value}): its agent ships them once an "
+                    "instance runs it; Ctrl-C stops",
+                    markup=False,
+                    soft_wrap=True,
+                )
             was_live = was_live or not ended
             if since is not None:  # no answer goes back before `since`: forget what came before it
                 seen = {event: at for event, at in seen.items() if at >= since}
@@ -260,7 +274,7 @@ def logs_command(
 
 def cost_command(
     job_ids: Annotated[
-        list[str] | None, typer.Argument(metavar="[JOB_ID]...", help="default: every job of the stack")
+        list[str] | None, typer.Argument(metavar="JOB_ID", help="default: every job of the stack")
     ] = None,
     stack: StackOption = "SpotRelay",
     region: RegionOption = None,
@@ -294,7 +308,8 @@ def cost_command(
 
 
 def _share(cost: float, on_demand: float) -> str:
-    return f"{(on_demand - cost) / on_demand:.0%}" if on_demand > 0 else "-"
+    """The share saved; "-" under a cent of on-demand, where a percentage of nothing says nothing."""
+    return f"{(on_demand - cost) / on_demand:.0%}" if on_demand >= 0.005 else "-"
 
 
 def cancel_command(
@@ -373,7 +388,7 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     lines.append(work)
     running, total, on_demand = status.running_cost(now), status.cost(now), status.on_demand_cost(now)
     cost = f"  cost ${total:.2f}" + (f" (${running:.2f} of it on the live instance)" if running else "")
-    if on_demand > 0:
+    if on_demand >= 0.005:
         cost += f", ${on_demand:.2f} on on-demand ({_share(total, on_demand)} saved)"
     lines.append(f"{cost}; {job.interruptions} interruption(s), {job.lost_work_hours:.2f} h of work lost")
     if job.state is JobState.WAITING and job.waiting_since is not None:

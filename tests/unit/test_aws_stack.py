@@ -231,3 +231,23 @@ def test_log_lines_of_many_attempts_come_in_time_order_as_their_pages_arrive() -
     assert [line.timestamp_ms for line in rest] == sorted(1000 * i + s for i in range(3) for s in range(150))
     assert len({line.event_id for line in rest}) == 450
     assert logs.pages_served == 45
+
+
+def test_no_region_or_no_credentials_is_the_users_to_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    # Given a machine with no AWS configuration at all
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # When a command connects with no region: exit 2, saying how to give one
+    with pytest.raises(StackError) as raised:
+        JobsClient.connect("SpotRelay")
+    assert raised.value.code == USAGE
+    assert str(raised.value).endswith("(give --region, or AWS_REGION)")
+    # And with a region but no credentials: the same, saying how to give them
+    with pytest.raises(StackError) as raised:
+        JobsClient.connect("SpotRelay", region="us-east-1")
+    assert raised.value.code == USAGE
+    assert "Unable to locate credentials" in str(raised.value)
+    assert str(raised.value).endswith("(give AWS_PROFILE, or `aws configure`)")

@@ -177,3 +177,32 @@ def test_since_asks_only_for_the_lines_of_that_last_stretch(monkeypatch: pytest.
     wrong = CliRunner().invoke(app, ["logs", "train-1", "--since", "yesterday"])
     assert wrong.exit_code == 2
     assert wrong.stderr.startswith("error: --since: 'yesterday' is not a duration")
+
+
+def test_a_follow_says_what_it_waits_for_and_how_the_job_ended(
+    monkeypatch: pytest.MonkeyPatch, clock: list[float]
+) -> None:
+    # Given a job followed from before its instance runs: no lines at first, then its output, then the end
+    running, done = JobState.LAUNCHING, JobState.SUCCEEDED
+    stack = ScriptedStack(
+        states=[running, running, done],
+        shipped=[[], [output(1, STREAM_1, "epoch 1")], [line(2, STREAM_1, "agent done")]],
+    )
+    result = follow(monkeypatch, stack, "--job-output")
+    # Then it says once, on stderr, that it waits for the first lines, and at the end how the job ended
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["epoch 1"]
+    notes = result.stderr.splitlines()
+    assert len(notes) == 2
+    assert notes[0].startswith("waiting for the first lines of train-1 (LAUNCHING)")
+    assert notes[1] == "train-1 ended SUCCEEDED"
+
+
+def test_logs_of_a_job_that_ended_without_lines_do_not_say_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a job cancelled while it waited for capacity: no instance ran it
+    stack = ScriptedStack(states=[JobState.CANCELLED], shipped=[[]])
+    monkeypatch.setattr(jobs, "connect", lambda *a: stack)
+    result = CliRunner().invoke(app, ["logs", "train-1"])
+    # Then it says the job ended without lines, not that they are still to come
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == "no log lines for train-1: it ended CANCELLED before an agent shipped any"
