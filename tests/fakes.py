@@ -53,6 +53,7 @@ class FakeJobStore(FaultInjection):
         self.blocks: dict[tuple[str, Market], BlockedPool] = {}
         self.pool_stats: dict[str, PoolObservation] = {}
         self.checkpoints: dict[str, CheckpointPointer] = {}
+        self.early_cancels: set[str] = set()
 
     def create_job(self, job: Job) -> bool:
         self._maybe_fail("create_job")
@@ -118,6 +119,14 @@ class FakeJobStore(FaultInjection):
         self._maybe_fail("attempts")
         found = [a.model_copy(deep=True) for (jid, _), a in self.attempt_records.items() if jid == job_id]
         return sorted(found, key=lambda a: a.attempt)
+
+    def request_cancel_before_admission(self, job_id: str) -> None:
+        self._maybe_fail("request_cancel_before_admission")
+        self.early_cancels.add(job_id)
+
+    def cancel_requested_before_admission(self, job_id: str) -> bool:
+        self._maybe_fail("cancel_requested_before_admission")
+        return job_id in self.early_cancels
 
     def put_instance_ref(self, ref: InstanceRef) -> None:
         self._maybe_fail("put_instance_ref")

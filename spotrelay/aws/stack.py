@@ -228,8 +228,8 @@ class JobsClient:
             return JobStatus(job=job, attempts=store.attempts(job_id))
         except NotFoundError:
             raise StackError(
-                f"no job {job_id} in stack {self.stack.name}: not submitted there, or still in the queue (the "
-                "dispatcher records a job when it next runs, within 5 minutes; `spotrelay ls --all` lists them)",
+                f"no job {job_id} in stack {self.stack.name}: not submitted there, or its message is still in "
+                "the queue (the dispatcher records a job when it next runs, within 5 minutes)",
                 USAGE,
             ) from None
         except ValidationError as e:
@@ -300,9 +300,9 @@ class JobsClient:
             raise StackError(f"cannot read the logs of job {job_id}: {_why(e)}") from None
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        """Run the stack's cancel function on the job and return what it answered."""
+        """Run the stack's cancel function on the job and return what it answered. A job with no record yet
+        (its message still in the queue) is cancelled when the dispatcher reads it (`before_admission`)."""
         function = self.stack.output(CANCEL_FUNCTION)
-        self.status(job_id)  # an unknown job is the user's mistake: say so before invoking anything
         try:
             answer = self.lambda_.invoke(FunctionName=function, Payload=json.dumps({"job_id": job_id}).encode())
             payload = json.loads(answer["Payload"].read() or b"null")

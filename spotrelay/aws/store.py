@@ -9,6 +9,7 @@ Keys (`pk`, `sk`) and the one GSI (`gsi1`: `gsi1pk`, `gsi1sk`, projection ALL):
 | attempt      | `JOB#<job_id>`               | `ATTEMPT#00001`  |             |                                  |
 | checkpoint   | `JOB#<job_id>`               | `CHECKPOINT`     |             |                                  |
 | instance ref | `INSTANCE#<instance_id>`     | `INSTANCE`       |             |                                  |
+| early cancel | `CANCEL#<job_id>`            | `CANCEL`         |             |                                  |
 | blocked pool | `BLOCK#<type>:<az>:<market>` | `BLOCK`          | `BLOCKED`   | `<type>:<az>:<market>`           |
 | pool stats   | `POOLSTATS#<type>:<az>`      | `STATS`          | `POOLSTATS` | `<type>:<az>`                    |
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 GSI1 = "gsi1"
 INSTANCE_REF_TTL = timedelta(days=30)
+EARLY_CANCEL_TTL = timedelta(days=15)  # SQS keeps a message 14 days at most
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
@@ -244,6 +246,17 @@ class DynamoJobStore:
                 "expires_at": _n(int(expires.timestamp())),
             },
         )
+
+    def request_cancel_before_admission(self, job_id: str) -> None:
+        # Kept as long as SQS keeps a message (14 days at most), so its job's intake still finds it
+        expires = self._clock.now() + EARLY_CANCEL_TTL
+        self.client.put_item(
+            TableName=self.table_name,
+            Item={"pk": _s(f"CANCEL#{job_id}"), "sk": _s("CANCEL"), "expires_at": _n(int(expires.timestamp()))},
+        )
+
+    def cancel_requested_before_admission(self, job_id: str) -> bool:
+        return self._get(f"CANCEL#{job_id}", "CANCEL") is not None
 
     def get_instance_ref(self, instance_id: str) -> InstanceRef | None:
         item = self._get(f"INSTANCE#{instance_id}", "INSTANCE")

@@ -327,6 +327,14 @@ def cancel_command(
     if answer.get("already_ended"):
         out.print(f"{job_id} had already ended: {answer.get('state')}", markup=False)
         return
+    if answer.get("before_admission"):
+        out.print(
+            f"{job_id} has no record yet: if its message is still in the queue, the dispatcher records it "
+            "CANCELLED when it reads it (check the id if `spotrelay status` never shows it)",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
     terminated = answer.get("terminated") or []
     gone = f"; terminated {', '.join(terminated)}" if terminated else ""
     out.print(f"{job_id} {answer.get('state')}{gone}", markup=False)

@@ -1,5 +1,10 @@
 """Cancel a job wherever it is: mark it, terminate its instance, close its attempt, stop its execution.
 
+A job still in the queue has no record yet (the dispatcher writes it when it reads the message): cancel
+leaves a note under the job id, and the dispatcher's intake records such a job CANCELLED. Each side
+writes first and reads the other's write second (consistent reads), so at least one of them sees the
+other: cancel finds the record (and cancels it as any other), or intake finds the note.
+
 Cancel does the whole job itself, and wakes the dispatcher as Finalize would, rather than trusting the
 execution to notice: on AWS stopping an execution skips its Finalize. It also fails the Run task with
 JobCancelled, so an execution that is still waiting on it (moto cannot stop a waiting execution)
@@ -13,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from spotrelay.config import ERROR_CANCELLED
 from spotrelay.control.jobs import update_attempt, update_job
 from spotrelay.control.lifecycle import account, close_attempt
-from spotrelay.control.ports import Clock, Compute, JobStore, Wakeup, Workflow
+from spotrelay.control.ports import Clock, Compute, JobStore, NotFoundError, Wakeup, Workflow
 from spotrelay.models import AttemptOutcome, Job, JobState, ensure_transition
 
 
@@ -21,16 +26,24 @@ class CancelResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     job_id: str
-    state: JobState
+    state: JobState | None  # None: no record yet (still in the queue, or no such job)
     terminated: list[str]
     already_ended: bool
+    before_admission: bool = False  # the dispatcher records the job CANCELLED when it reads its message
 
 
 def cancel_job(
     job_id: str, *, store: JobStore, compute: Compute, workflow: Workflow, clock: Clock, wakeup: Wakeup
 ) -> CancelResult:
     now = clock.now()
-    job, _ = store.get_job(job_id)
+    try:
+        job, _ = store.get_job(job_id)
+    except NotFoundError:
+        store.request_cancel_before_admission(job_id)
+        try:
+            job, _ = store.get_job(job_id)  # recorded meanwhile: cancel it as any other
+        except NotFoundError:
+            return CancelResult(job_id=job_id, state=None, terminated=[], already_ended=False, before_admission=True)
     if job.state.is_terminal:
         return CancelResult(job_id=job_id, state=job.state, terminated=[], already_ended=True)
     update_job(store, job_id, _request_cancel)

@@ -5,6 +5,8 @@ admissions (the function has a reserved concurrency of 1), and every step is ide
 - a message becomes the job `<name>-<12 hex of the SQS message id>` (of the submission id, when
   `spotrelay submit` sent it: a message sent twice by an SDK retry is one job); a redelivered message
   finds the job already there and is just deleted;
+- a job `spotrelay cancel` reached before its message was read is recorded CANCELLED
+  (`spotrelay.control.cancel`);
 - a message that is not a valid job becomes a FAILED job record carrying the validation error, and
   the message is kept in the DLQ — nothing is silently dropped;
 - admission starts the execution named by the job id first (a second start is a no-op), then marks
@@ -77,7 +79,10 @@ def intake(
         queue.dead_letter(message, reason)
         return job_id, "rejected"
     job_id = job_id_for(spec.name, submission_key(message))
-    if not store.create_job(Job(job_id=job_id, spec=spec, submitted_at=now, updated_at=now)):
+    if store.create_job(Job(job_id=job_id, spec=spec, submitted_at=now, updated_at=now)):
+        if store.cancel_requested_before_admission(job_id):  # `spotrelay cancel` came before this message
+            update_job(store, job_id, _mark_cancelled(now))
+    else:
         # Recorded already: this message again (a redelivery, a resend), or another job under a reused
         # submission id, which must not vanish into the first.
         existing, _ = store.get_job(job_id)
@@ -90,6 +95,17 @@ def intake(
             return job_id, "conflict"
     queue.delete(message)
     return job_id, "accepted"
+
+
+def _mark_cancelled(now: datetime) -> Callable[[Job], None]:
+    def change(job: Job) -> None:
+        if not job.state.is_terminal:
+            job.state = ensure_transition(job.state, JobState.CANCELLED)
+            job.cancel_requested = True
+            job.failure_reason = "JobCancelled: cancelled by the user before it was admitted"
+            job.ended_at = job.updated_at = now
+
+    return change
 
 
 def _failed_job(job_id: str, reason: str, now: datetime) -> Job:

@@ -65,6 +65,12 @@ class JobStore(Protocol):
     def queued_jobs(self, limit: int) -> list[Job]:
         """QUEUED jobs, highest priority first, then oldest first."""
 
+    def request_cancel_before_admission(self, job_id: str) -> None:
+        """Remember that the job is to be cancelled when its message is read (it has no record yet)."""
+
+    def cancel_requested_before_admission(self, job_id: str) -> bool:
+        """Whether `request_cancel_before_admission` was called for the job (a consistent read)."""
+
     def active_jobs(self) -> list[Job]:
         """Admitted jobs that are not in a terminal state."""
 

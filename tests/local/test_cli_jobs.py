@@ -132,13 +132,35 @@ def test_an_invalid_job_is_refused_before_anything_is_sent(
 def test_an_unknown_job_or_stack_is_a_one_line_error(runtime: LocalRuntime, clock: VirtualClock) -> None:
     unknown_job = run(clock, "status", "nope-123")
     assert unknown_job.exit_code == 2
-    assert unknown_job.stderr.startswith("error: no job nope-123 in stack SpotRelay: not submitted there, or still in")
-    cancelled = run(clock, "cancel", "nope-123")
-    assert cancelled.exit_code == 2
-    assert "no job nope-123" in cancelled.stderr
+    assert unknown_job.stderr.startswith("error: no job nope-123 in stack SpotRelay: not submitted there, or its")
     unknown_stack = run(clock, "ls", "--stack", "Elsewhere")
     assert unknown_stack.exit_code == 2
     assert unknown_stack.stderr.startswith("error: cannot read stack Elsewhere in us-east-1: ")
+
+
+def test_a_job_cancelled_while_its_message_is_in_the_queue_never_runs(
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path
+) -> None:
+    # Given a job submitted without waking the dispatcher: its message waits in the queue, it has no record
+    job_file = str(events_dir / "jobs" / "resnet50.yaml")
+    queued = run(clock, "submit", job_file, "--stack", "SpotRelay", "--no-wake").stdout.strip()
+    assert run(clock, "status", queued).exit_code == 2
+    # When the user cancels it by the id submit printed
+    cancelled = run(clock, "cancel", queued)
+    # Then the cancel is taken, and says it applies when the message is read
+    assert cancelled.exit_code == 0, cancelled.output
+    assert f"{queued} has no record yet" in cancelled.stdout
+    # And when the dispatcher reads it (woken by the next submission), the job is recorded CANCELLED and
+    # never launched; the other job runs
+    other = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    status = json.loads(run(clock, "status", queued, "--json").stdout)
+    assert status["job"]["state"] == "CANCELLED"
+    assert status["job"]["failure_reason"] == "JobCancelled: cancelled by the user before it was admitted"
+    assert status["attempts"] == []
+    assert [launch.tags[TAG_JOB_ID] for launch in runtime.market_launches()] == [other]
+    # And cancelling it again says it had ended
+    again = run(clock, "cancel", queued)
+    assert again.stdout.strip() == f"{queued} had already ended: CANCELLED"
 
 
 def test_logs_prints_the_jobs_output_as_written_and_the_agents_lines_across_attempts(

@@ -11,6 +11,7 @@ from control_builders import CHEAPEST, HEARTBEAT_SECONDS, SECOND, THIRD, World, 
 from fakes import FakeCompute
 
 from spotrelay.config import TAG_MANAGED
+from spotrelay.control.dispatcher import job_id_for
 from spotrelay.control.lifecycle import InsufficientInstanceCapacity
 from spotrelay.control.ports import InstanceRef, InstanceState, LaunchRequest
 from spotrelay.models import Attempt, AttemptOutcome, JobState, Market, Pool
@@ -236,6 +237,53 @@ def test_cancelling_a_queued_job_ends_it_with_nothing_to_terminate() -> None:
     assert job.ended_at == world.clock.now()
     assert world.compute.terminated == []
     assert world.workflow.executions == {}
+
+
+SUBMISSION = "0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
+
+
+def queued_message(world: World) -> str:
+    """A job sent with a submission id, not read yet; returns the id the dispatcher will give it."""
+    body = json.dumps({"name": "train", "run": {"command": "python train.py"}, "resources": {"gpus": 1}})
+    world.queue.send(body, submission_id=SUBMISSION)
+    return job_id_for("train", SUBMISSION)
+
+
+def test_a_job_cancelled_before_its_message_is_read_is_recorded_cancelled_and_never_admitted() -> None:
+    # Given a job whose message is still in the queue (no record)
+    world = World()
+    job_id = queued_message(world)
+    # When the user cancels it
+    result = world.cancel(job_id)
+    # Then cancel says it has no record yet, and changes nothing else
+    assert (result.state, result.before_admission, result.already_ended) == (None, True, False)
+    # And when the dispatcher reads the message, the job is recorded CANCELLED, the message is gone, and
+    # no execution starts
+    report = world.dispatch()
+    assert report.admitted == []
+    job = world.job(job_id)
+    assert job.state is JobState.CANCELLED
+    assert job.failure_reason == "JobCancelled: cancelled by the user before it was admitted"
+    assert world.queue.messages == []
+    assert world.workflow.executions == {}
+
+
+def test_a_cancel_racing_the_dispatchers_intake_still_cancels_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a job whose message the dispatcher records just after cancel found no record, before its note
+    world = World()
+    job_id = queued_message(world)
+    note = world.store.request_cancel_before_admission
+
+    def intake_first(noted: str) -> None:
+        world.dispatch()
+        note(noted)
+
+    monkeypatch.setattr(world.store, "request_cancel_before_admission", intake_first)
+    # When cancel runs
+    result = world.cancel(job_id)
+    # Then it finds the record on its second look and cancels the job as any other
+    assert (result.state, result.before_admission) == (JobState.CANCELLED, False)
+    assert world.job(job_id).state is JobState.CANCELLED
 
 
 def test_cancelling_a_running_job_terminates_its_instance_and_stops_its_execution() -> None:
