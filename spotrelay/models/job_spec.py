@@ -57,6 +57,20 @@ class RunSpec(_Spec):
     command: str | None = Field(default=None, min_length=1, description="shell command (in the image if any)")
     env: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("env", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, env: Any) -> Any:
+        """`EPOCHS: 90` in YAML is the number 90; the job sees the text "90" either way. A YAML boolean is
+        refused: `true`, `True`, `yes` all load as True, so which text was meant is lost."""
+        if not isinstance(env, dict):
+            return env
+        for key, value in env.items():
+            if isinstance(value, bool):
+                raise SpecFieldError(
+                    f"run.env.{key}", "a YAML boolean, whose text is lost; quote the text you mean, e.g. 'true' or '1'"
+                )
+        return {key: str(value) if isinstance(value, int | float) else value for key, value in env.items()}
+
     @model_validator(mode="after")
     def _image_or_command(self) -> Self:
         if self.image is None and self.command is None:
@@ -76,10 +90,11 @@ class ResourcesSpec(_Spec):
     def _known_models(cls, models: tuple[str, ...] | None) -> tuple[str, ...] | None:
         if models is None:
             return None
-        unknown = [m for m in models if m not in GPU_MODELS]
+        canonical = {m.lower(): m for m in GPU_MODELS}  # `a100` is the A100
+        unknown = [m for m in models if m.lower() not in canonical]
         if unknown:
             raise ValueError(f"unknown GPU model {', '.join(map(repr, unknown))}; allowed: {', '.join(GPU_MODELS)}")
-        return tuple(dict.fromkeys(models))
+        return tuple(dict.fromkeys(canonical[m.lower()] for m in models))
 
     def misfit(self, instance_type: InstanceType) -> str | None:
         """Why `instance_type` cannot run this job, or None if it can."""
@@ -183,7 +198,10 @@ class RecoverySpec(_Spec):
 
 
 class JobSpec(_Spec):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", description="letters, digits, . _ -")
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+        description="letters, digits, . _ -, at most 63, starting with a letter or digit",
+    )
     run: RunSpec
     resources: ResourcesSpec
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
@@ -297,10 +315,19 @@ def _describe(err: Any) -> str:
         return f"{field}: unknown key; allowed keys here: {', '.join(allowed)}"
     if kind == "missing":
         return f"{field}: required"
+    if kind == "string_pattern_mismatch" and (described := _description(loc)):
+        return f"{field}: use {described} (got {err['input']!r})"
     message = str(err["msg"]).removeprefix("Value error, ")
     if kind not in {"value_error", "assertion_error"} and "input" in err and not isinstance(err["input"], dict):
         message += f" (got {err['input']!r})"
     return f"{field}: {message}"
+
+
+def _description(loc: tuple[str | int, ...]) -> str | None:
+    """The description of the field at `loc`, which says what is allowed there."""
+    model = _model_at(loc[:-1])
+    field = model.model_fields.get(str(loc[-1])) if model is not None and loc else None
+    return field.description if field is not None else None
 
 
 def _is_union_tag(part: str | int) -> bool:
@@ -309,15 +336,20 @@ def _is_union_tag(part: str | int) -> bool:
 
 
 def _allowed_keys(loc: tuple[str | int, ...]) -> list[str]:
+    model = _model_at(loc)
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel] | None:
     model: type[BaseModel] | None = JobSpec
     for part in loc:
         if model is None:
-            return []
+            return None
         if isinstance(part, int):
             continue
         field = model.model_fields.get(part)
         model = _model_in(field.annotation) if field is not None else None
-    return list(model.model_fields) if model is not None else []
+    return model
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:

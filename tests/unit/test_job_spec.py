@@ -204,6 +204,21 @@ def test_deadline_is_checked_against_the_fastest_accepted_gpu_not_the_fastest_in
     assert spec.limits.deadline_hours == 10.5
 
 
+def test_env_numbers_are_the_text_the_job_sees_and_gpu_models_ignore_case(write_file: WriteFile) -> None:
+    # Given a spec written as people write YAML: unquoted numbers in env, a GPU model in lower case
+    path = write_file(
+        "casual.yaml",
+        MINIMAL.replace("{command: python train.py}", "{command: python train.py, env: {EPOCHS: 90, LR: 0.1}}").replace(
+            "{gpus: 1}", "{gpus: 1, gpu_models: [a100, A100, l4]}"
+        ),
+    )
+    # When it is loaded
+    spec = load_job_spec(path)
+    # Then the job gets the text of the numbers, and the catalog's model names, each once
+    assert spec.run.env == {"EPOCHS": "90", "LR": "0.1"}
+    assert spec.resources.gpu_models == ("A100", "L4")
+
+
 # --- what is rejected -------------------------------------------------------------------------------
 
 TOP_LEVEL_KEYS = "name, run, resources, checkpoint, limits, work_hours, priority, tags, placement, recovery"
@@ -263,6 +278,18 @@ TOP_LEVEL_KEYS = "name, run, resources, checkpoint, limits, work_hours, priority
             "resources.gpu_models",
             ["unknown GPU model 'RTX4090'", f"allowed: {', '.join(GPU_MODELS)}"],
             id="unknown-gpu-model",
+        ),
+        pytest.param(
+            MINIMAL.replace("name: train", "name: 'my job!'"),
+            "name",
+            ["use letters, digits, . _ -, at most 63, starting with a letter or digit (got 'my job!')"],
+            id="name-with-a-space",
+        ),
+        pytest.param(
+            MINIMAL.replace("{command: python train.py}", "{command: python train.py, env: {DEBUG: yes}}"),
+            "run.env.DEBUG",
+            ["a YAML boolean", "quote the text you mean"],
+            id="env-value-a-yaml-boolean",
         ),
         pytest.param(
             MINIMAL + "limits: {max_price_per_hour: -0.5}\n",
