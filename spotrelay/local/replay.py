@@ -388,10 +388,7 @@ class Replay:
     def _observe(self) -> None:
         market = self.runtime.market
         assert market is not None
-        launches = market.launches
-        while self._seen_launches < len(launches):
-            self._adopt(launches[self._seen_launches])
-            self._seen_launches += 1
+        # Refusals first: Launch tries its pools in order, so a refusal seen with a launch came before it
         refusals = market.refusals
         while self._seen_refusals < len(refusals):
             refusal = refusals[self._seen_refusals]
@@ -399,6 +396,10 @@ class Replay:
             label = tracked.submission.name if tracked is not None else "-"
             self.note(label, f"EC2 refused {refusal.pool.offering} ({refusal.pool.market}): {refusal.code}", refusal.at)
             self._seen_refusals += 1
+        launches = market.launches
+        while self._seen_launches < len(launches):
+            self._adopt(launches[self._seen_launches])
+            self._seen_launches += 1
         invocations = self.runtime.lambdas.invocations
         functions = self.stack.functions
         ended: set[str] = set()

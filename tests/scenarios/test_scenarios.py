@@ -196,6 +196,10 @@ def test_flagship(replayed: Replayed) -> None:
     assert all(j["state"] == "SUCCEEDED" for j in document["jobs"])
     assert sum(len(j["attempts"]) > 1 for j in document["jobs"]) >= 2  # jobs survived interruptions
     assert document["expectations"]["failed"] == 0
+    # The timeline reads as cause then effect: a refused pool comes before the launch on the next one
+    texts = timeline(result, "bert-finetune")
+    refused = next(i for i, text in enumerate(texts) if text.startswith("EC2 refused"))
+    assert texts[refused + 1].startswith("relaunched (attempt ")
 
 
 def test_expectations_can_fail(replayed: Replayed) -> None:
