@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 
 from spotrelay.catalog import INSTANCE_TYPES
@@ -108,7 +109,13 @@ def place_command(
 
 
 def print_placement(placement: Placement, top: int) -> None:
-    table = Table(title=f"pools for {placement.job_name}, best first", title_justify="left")
+    if not placement.ranked:
+        out.print(f"no pool for {placement.job_name} now", markup=False)
+        return
+    # Light rules and no outer padding: the eight columns fit an 80-column terminal whole
+    table = Table(
+        title=f"pools for {placement.job_name}, best first", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
     for column, justify in [
         ("#", "right"),
         ("type", "left"),
@@ -117,7 +124,7 @@ def print_placement(placement: Placement, top: int) -> None:
         ("GPU", "left"),
         ("$/h", "right"),
         ("run h", "right"),
-        ("exp. $ to finish", "right"),
+        ("exp. $", "right"),  # expected cost to finish
     ]:
         table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for rank, r in enumerate(placement.ranked[:top], start=1):
@@ -132,7 +139,7 @@ def print_placement(placement: Placement, top: int) -> None:
             f"{r.run_hours:.2f}",
             f"{r.expected_cost_to_finish:.2f}",
         )
-    out.print(table)
+    tables().print(table)
     more = len(placement.ranked) - top
     out.print(
         f"{len(placement.ranked)} feasible pools{f' ({more} not shown)' if more > 0 else ''}, "
