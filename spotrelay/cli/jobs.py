@@ -290,10 +290,19 @@ def cost_command(
     if as_json:
         answer = {
             "jobs": [
-                {"job_id": job.job_id, "state": job.state.value, "cost_usd": cost, "on_demand_cost_usd": od}
+                {
+                    "job_id": job.job_id,
+                    "state": job.state.value,
+                    "cost_usd": float(cost),
+                    "on_demand_cost_usd": float(od),
+                }
                 for job, cost, od in rows
             ],
-            "total": {"cost_usd": total, "on_demand_cost_usd": on_demand, "saved_usd": on_demand - total},
+            "total": {
+                "cost_usd": float(total),
+                "on_demand_cost_usd": float(on_demand),
+                "saved_usd": float(on_demand - total),
+            },
         }
         sys.stdout.write(json.dumps(answer, indent=2) + "\n")
         return
@@ -362,7 +371,7 @@ def job_row(job: Job) -> dict[str, Any]:
         "attempts": job.attempts,
         "interruptions": job.interruptions,
         "cost_usd": job.cost_usd,  # of the ended attempts
-        "submitted_at": job.submitted_at.isoformat(),
+        "submitted_at": job.submitted_at.isoformat().replace("+00:00", "Z"),  # as `status --json` writes it
         "failure_reason": job.failure_reason,
         "waiting_reason": job.waiting_reason,
     }

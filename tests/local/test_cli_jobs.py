@@ -66,6 +66,7 @@ def test_submit_admits_and_launches_the_job_and_status_shows_where_it_runs(
     # And ls lists it
     listed = json.loads(run(clock, "ls", "--json").stdout)
     assert [(j["job_id"], j["state"]) for j in listed] == [(job_id, "LAUNCHING")]
+    assert listed[0]["submitted_at"] == answer["job"]["submitted_at"]  # one way to write a time in every --json
 
 
 def test_cancel_terminates_the_instance_and_ls_keeps_the_job_under_all(
