@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from spotrelay.catalog import GPU_MODELS, INSTANCE_TYPES, InstanceType, relative_speed
 
@@ -165,6 +165,10 @@ class LimitsSpec(_Spec):
     )
 
 
+# Validation context of a spec being submitted (`parse_job_spec`), not a stored record read back: rules
+# added later apply to new jobs only
+SUBMISSION = "submission"
+
 # Boot, image pull and checkpoint restore after a (re)launch. The Can't Be Late paper evaluates restart
 # overheads of 3 and 12 minutes (0.05 h, 0.2 h); the default is a middle value.
 DEFAULT_RESTART_OVERHEAD_MINUTES = 6.0
@@ -221,16 +225,19 @@ class JobSpec(_Spec):
         return {"strategy": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _deadline_fits_work(self) -> Self:
+    def _deadline_fits_work(self, info: ValidationInfo) -> Self:
         deadline, work = self.limits.deadline_hours, self.work_hours
         if deadline is None:
             return self
-        if work is None:
+        # At submission only (`parse_job_spec`): a record stored before this rule must still read back
+        if work is None and (info.context or {}).get(SUBMISSION):
             raise SpecFieldError(
                 "limits.deadline_hours",
                 "needs work_hours (the job's run time on the reference GPU, a V100): without an estimate of the "
                 "work nobody can tell when on-demand is needed to finish in time; give work_hours, or no deadline",
             )
+        if work is None:
+            return self
         fastest = max(relative_speed(t) for t in self.resources.fitting_types())
         shortest = work / fastest
         if deadline < shortest:
@@ -260,7 +267,7 @@ def parse_job_spec(data: Any, source: str = "job spec") -> JobSpec:
     if not isinstance(data, dict):
         raise JobSpecError(source, [f"expected a mapping of keys (name, run, resources, ...), got {_kind(data)}"])
     try:
-        return JobSpec.model_validate(data)
+        return JobSpec.model_validate(data, context={SUBMISSION: True})
     except ValidationError as e:
         raise JobSpecError(source, [_describe(err) for err in e.errors()]) from None
 

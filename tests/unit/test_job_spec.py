@@ -13,6 +13,7 @@ import yaml
 from spotrelay.catalog import GPU_MODELS
 from spotrelay.models import (
     CheckpointSpec,
+    Job,
     JobSpecError,
     LimitsSpec,
     Objective,
@@ -21,6 +22,7 @@ from spotrelay.models import (
     RecoverySpec,
     RecoveryStrategyName,
     load_job_spec,
+    parse_job_spec,
 )
 
 WriteFile = Callable[[str, str], Path]
@@ -456,3 +458,17 @@ def test_spec_is_frozen(events_dir: Path) -> None:
     # Then it cannot: a spec is what the user submitted
     with pytest.raises(ValueError, match="frozen"):
         spec.name = "other"  # type: ignore[misc]
+
+
+def test_a_job_stored_before_a_rule_was_added_still_reads_back() -> None:
+    # Given the record of a job submitted before a deadline needed work_hours (the table keeps it)
+    spec = {"name": "train", "run": {"command": "python train.py"}, "resources": {"gpus": 1}}
+    spec["limits"] = {"deadline_hours": 5}
+    now = "2026-11-30T12:00:00Z"
+    record = json.dumps({"job_id": "train-0123456789ab", "spec": spec, "submitted_at": now, "updated_at": now})
+    # When the control plane reads it, Then it loads (the dispatcher and reconcile read every live job)
+    job = Job.model_validate_json(record)
+    assert job.spec.limits.deadline_hours == 5
+    # And the same spec submitted now is refused
+    with pytest.raises(JobSpecError, match=r"limits\.deadline_hours: needs work_hours"):
+        parse_job_spec(spec)
