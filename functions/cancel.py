@@ -43,7 +43,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     payload = parse(event=event, model=CancelPayload)
     logger.append_keys(job_id=payload.job_id)
     result = cancel_job(payload.job_id, store=store, compute=compute, workflow=workflow, clock=clock, wakeup=wakeup)
-    if not result.already_ended:
+    if not result.already_ended and not result.before_admission:  # a note is not a cancelled job (yet)
         metrics.add_metric(name="JobsCancelled", unit=MetricUnit.Count, value=1)
     logger.info("cancelled", extra=result.model_dump(mode="json"))
     return result.model_dump(mode="json")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,10 @@ UNAVAILABLE = 1
 # The Lambda invocations wait longer than the cancel function may run (60 s), and are never retried by
 # the SDK: a retry after a read timeout would cancel twice and report "had already ended".
 LAMBDA_CONFIG = Config(read_timeout=90, retries={"total_max_attempts": 1})
+
+
+# What `job_id_for` makes: a name, then 12 hex digits of a UUID (the submission id or the SQS message id)
+JOB_ID_SHAPE = re.compile(r"[A-Za-z0-9_-]+-[0-9a-f]{12}")
 
 
 class StackError(RuntimeError):
@@ -303,6 +308,10 @@ class JobsClient:
         """Run the stack's cancel function on the job and return what it answered. A job with no record yet
         (its message still in the queue) is cancelled when the dispatcher reads it (`before_admission`)."""
         function = self.stack.output(CANCEL_FUNCTION)
+        if not JOB_ID_SHAPE.fullmatch(job_id):  # a typo would leave a note no message ever reads
+            raise StackError(
+                f"no job {job_id}: a job id ends in - and 12 hex digits, as `spotrelay submit` printed it", USAGE
+            )
         try:
             answer = self.lambda_.invoke(FunctionName=function, Payload=json.dumps({"job_id": job_id}).encode())
             payload = json.loads(answer["Payload"].read() or b"null")

@@ -145,6 +145,10 @@ def dispatch(
     plan = admit(store.queued_jobs(MAX_QUEUED_CONSIDERED), store.active_jobs(), limits)
     admitted: list[str] = []
     for job in plan.admitted:
+        # Again here: a run that stopped between recording the job and reading the note left it QUEUED
+        if store.cancel_requested_before_admission(job.job_id):
+            update_job(store, job.job_id, _mark_cancelled(clock.now()))
+            continue
         workflow.start(job.job_id, {"job_id": job.job_id, "heartbeat_seconds": heartbeat_seconds})
         update_job(store, job.job_id, _mark_admitted(clock))
         admitted.append(job.job_id)

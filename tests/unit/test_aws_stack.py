@@ -139,9 +139,20 @@ class JobTable:
 def test_a_cancel_the_function_fails_is_an_error_with_its_message_not_a_result() -> None:
     stack = deployed_stack(CloudFormation(OUTPUTS), "SpotRelay")
     with pytest.raises(StackError) as raised:
-        client(stack, lambda_=FailingCancel(), dynamodb=JobTable()).cancel("train-1")
-    assert str(raised.value) == "c failed on job train-1: job train-1 is no longer at version 3"
+        client(stack, lambda_=FailingCancel(), dynamodb=JobTable()).cancel("train-0123456789ab")
+    assert str(raised.value) == "c failed on job train-0123456789ab: job train-1 is no longer at version 3"
     assert raised.value.code != USAGE  # AWS's side: trying again may work
+
+
+def test_a_cancel_of_an_id_submit_cannot_have_printed_is_refused_before_anything_is_invoked() -> None:
+    stack = deployed_stack(CloudFormation(OUTPUTS), "SpotRelay")
+    # a typo (no 12 hex digits at the end) would otherwise leave a cancel note that no message ever reads
+    with pytest.raises(StackError) as raised:
+        client(stack, lambda_=RefusingLambda()).cancel("train-0123456789")
+    assert raised.value.code == USAGE
+    assert str(raised.value) == (
+        "no job train-0123456789: a job id ends in - and 12 hex digits, as `spotrelay submit` printed it"
+    )
 
 
 def test_the_live_attempt_is_the_standby_once_it_is_handed_the_job() -> None:

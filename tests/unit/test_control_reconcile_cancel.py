@@ -268,6 +268,24 @@ def test_a_job_cancelled_before_its_message_is_read_is_recorded_cancelled_and_ne
     assert world.workflow.executions == {}
 
 
+def test_a_cancel_note_is_kept_even_if_the_dispatcher_stopped_right_after_recording_the_job() -> None:
+    # Given a job cancelled before its message was read, and a dispatcher run that records the job and then
+    # stops (a timeout) before it reads the note; SQS delivers the message again
+    world = World()
+    job_id = queued_message(world)
+    world.cancel(job_id)
+    world.store.fail_next["cancel_requested_before_admission"] = TimeoutError("the function timed out")
+    with pytest.raises(TimeoutError):
+        world.dispatch()
+    world.queue.redeliver()
+    # When the dispatcher runs again
+    report = world.dispatch()
+    # Then the job is CANCELLED, not admitted, and no execution runs
+    assert report.admitted == []
+    assert world.job(job_id).state is JobState.CANCELLED
+    assert world.workflow.executions == {}
+
+
 def test_a_cancel_racing_the_dispatchers_intake_still_cancels_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a job whose message the dispatcher records just after cancel found no record, before its note
     world = World()
