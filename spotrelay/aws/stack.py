@@ -289,7 +289,8 @@ class JobsClient:
         yield from heapq.merge(*chunks, key=lambda line: line.timestamp_ms)
 
     def _events(self, job_id: str, group: str, streams: list[str], since_ms: int | None) -> Iterator[LogLine]:
-        query: dict[str, Any] = {"logGroupName": group, "logStreamNames": streams}
+        # interleaved: AWS always interleaves streams by time (the flag is deprecated there); moto only if asked
+        query: dict[str, Any] = {"logGroupName": group, "logStreamNames": streams, "interleaved": True}
         if since_ms is not None:
             query["startTime"] = since_ms
         try:

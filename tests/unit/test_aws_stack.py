@@ -262,3 +262,27 @@ def test_no_region_or_no_credentials_is_the_users_to_fix(monkeypatch: pytest.Mon
     assert raised.value.code == USAGE
     assert "Unable to locate credentials" in str(raised.value)
     assert str(raised.value).endswith("(give AWS_PROFILE, or `aws configure`)")
+
+
+def test_log_lines_of_overlapping_attempts_come_in_time_order_from_cloudwatch() -> None:
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        logs = boto3.client("logs", region_name="us-east-1")
+        logs.create_log_group(logGroupName="/spotrelay/agent")
+        # Given two attempts whose lines overlap in time (a standby taking over, say)
+        now = int(datetime.now(UTC).timestamp() * 1000)  # CloudWatch refuses events older than 14 days
+        for stream, times in (("train-1/00001", (1000, 3000)), ("train-1/00002", (2000, 4000))):
+            logs.create_log_stream(logGroupName="/spotrelay/agent", logStreamName=stream)
+            events = [{"timestamp": now + t, "message": json.dumps({"message": f"at {t}"})} for t in times]
+            logs.put_log_events(logGroupName="/spotrelay/agent", logStreamName=stream, logEvents=events)
+        stack = DeployedStack("SpotRelay", "us-east-1", "CREATE_COMPLETE", OUTPUTS)
+        jobs = JobsClient(stack, sqs=None, lambda_=None, logs=logs, dynamodb=None)  # type: ignore[arg-type]
+        # When they are read, Then they come oldest first across both streams
+        assert [line.record["message"] for line in jobs.log_lines("train-1")] == [
+            "at 1000",
+            "at 2000",
+            "at 3000",
+            "at 4000",
+        ]
