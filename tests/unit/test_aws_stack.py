@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from botocore.exceptions import ClientError
@@ -14,6 +14,9 @@ from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
 from spotrelay.aws.stack import USAGE, DeployedStack, JobsClient, JobStatus, StackError, deployed_stack
 from spotrelay.control.dispatcher import job_id_for
 from spotrelay.models import Attempt, AttemptOutcome, Job, Market, Pool, parse_job_spec
+
+if TYPE_CHECKING:
+    from mypy_boto3_logs.type_defs import InputLogEventTypeDef
 
 OUTPUTS = {
     "QueueUrl": "https://queue",
@@ -275,7 +278,9 @@ def test_log_lines_of_overlapping_attempts_come_in_time_order_from_cloudwatch() 
         now = int(datetime.now(UTC).timestamp() * 1000)  # CloudWatch refuses events older than 14 days
         for stream, times in (("train-1/00001", (1000, 3000)), ("train-1/00002", (2000, 4000))):
             logs.create_log_stream(logGroupName="/spotrelay/agent", logStreamName=stream)
-            events = [{"timestamp": now + t, "message": json.dumps({"message": f"at {t}"})} for t in times]
+            events: list[InputLogEventTypeDef] = [
+                {"timestamp": now + t, "message": json.dumps({"message": f"at {t}"})} for t in times
+            ]
             logs.put_log_events(logGroupName="/spotrelay/agent", logStreamName=stream, logEvents=events)
         stack = DeployedStack("SpotRelay", "us-east-1", "CREATE_COMPLETE", OUTPUTS)
         jobs = JobsClient(stack, sqs=None, lambda_=None, logs=logs, dynamodb=None)  # type: ignore[arg-type]
