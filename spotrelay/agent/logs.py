@@ -65,6 +65,7 @@ def configure_json_logging(stream: TextIO | None = None, level: int = logging.IN
 
 # Lines waiting for CloudWatch Logs at most (about 30 MB of agent lines): past it, they go to the journal only
 MAX_QUEUED_LINES = 100_000
+AGENT_DONE = "agent done"  # the agent's last line (`spotrelay logs --follow` stops at it)
 UNSHIPPED = "log lines not shipped while CloudWatch Logs did not take them (they are in the instance's journal)"
 # Batches leave at most this often (watchtower's send_interval): `spotrelay logs --follow` lags by about as much.
 SHIP_INTERVAL_SECONDS = 5
@@ -95,23 +96,39 @@ def ship_to_cloudwatch(
         """watchtower's handler with a bounded queue: its own grows without end while sends fail."""
 
         dropped = 0
+        last: logging.LogRecord | None = None  # the latest line given: its job id and attempt label the count
 
         def emit(self, record: logging.LogRecord) -> None:
             waiting = self.queues.get(stream)
-            if waiting is not None and waiting.qsize() >= max_queued:
+            # Warnings, errors and the agent's last line always go: they are few, and they matter most
+            kept = record.levelno >= logging.WARNING or record.getMessage() == AGENT_DONE
+            self.last = record
+            if waiting is not None and waiting.qsize() >= max_queued and not kept:
                 if not self.dropped:
                     note = {"level": "WARNING", "message": "log lines not shipped: CloudWatch Logs is not taking them"}
                     sys.stderr.write(json.dumps(note | {"log_group": log_group, "stream": stream}) + "\n")
                 self.dropped += 1
                 return
             if self.dropped:
-                dropped, self.dropped = self.dropped, 0
-                note_record = logging.LogRecord(LOGGER_NAME, logging.WARNING, __file__, 0, UNSHIPPED, None, None)
-                note_record.lines = dropped
-                for key in ("job_id", "attempt"):  # the agent's lines carry them: so does this one
-                    setattr(note_record, key, getattr(record, key, None))
-                super().emit(note_record)  # type: ignore[no-untyped-call]
+                self._count_dropped()
             super().emit(record)  # type: ignore[no-untyped-call]
+
+        def _count_dropped(self) -> None:
+            dropped, self.dropped = self.dropped, 0
+            note = logging.LogRecord(LOGGER_NAME, logging.WARNING, __file__, 0, UNSHIPPED, None, None)
+            note.lines = dropped
+            for key in ("job_id", "attempt"):  # the agent's lines carry them: so does this one
+                setattr(note, key, getattr(self.last, key, None))
+            super().emit(note)  # type: ignore[no-untyped-call]
+
+        def close(self) -> None:
+            self.acquire()
+            try:
+                if self.dropped:  # the last lines were the ones left out: say so before the end
+                    self._count_dropped()
+            finally:
+                self.release()
+            super().close()  # type: ignore[no-untyped-call]
 
     try:
         # Here rather than by watchtower, which creates it only after a send fails, dropping what is logged

@@ -25,7 +25,13 @@ from pydantic import BaseModel, ConfigDict
 
 from spotrelay.agent.agent import STANDBY_WAIT_SECONDS, Agent, AgentError, AgentSettings
 from spotrelay.agent.imds import DEFAULT_ENDPOINT, ImdsClient, ImdsError
-from spotrelay.agent.logs import JobLogger, attempt_log_stream, configure_json_logging, ship_to_cloudwatch
+from spotrelay.agent.logs import (
+    AGENT_DONE,
+    JobLogger,
+    attempt_log_stream,
+    configure_json_logging,
+    ship_to_cloudwatch,
+)
 from spotrelay.agent.state import DEFAULT_STATE_DIR
 from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
 
@@ -180,7 +186,7 @@ def _run(
         log.exception("agent failed")
         return 1
     log.info(
-        "agent done",
+        AGENT_DONE,
         extra={
             "outcome": result.outcome.kind if result.outcome is not None else "detached",
             "already_reported": result.already_reported,

@@ -185,6 +185,7 @@ def logs_command(
 ) -> None:
     """The job's output and its agents' lines (checkpoints, notices, outcome), from CloudWatch Logs, in
     time order across its attempts; the job's own lines are printed as it wrote them."""
+    from spotrelay.agent.logs import AGENT_DONE
     from spotrelay.aws.stack import USAGE, StackError
     from spotrelay.market import parse_duration
 
@@ -210,7 +211,7 @@ def logs_command(
         seen[line.event_id] = line.timestamp_ms
         lines_seen += 1
         latest = max(latest, line.stream)
-        if line.record.get("message") == "agent done" and line.record.get("outcome") != "detached":
+        if line.record.get("message") == AGENT_DONE and line.record.get("outcome") != "detached":
             done.add(line.stream)  # (a detached agent was stopped and left the job to the next one)
         # Ask again from a minute before the latest line: another attempt's agent (a standby's, at a
         # handover) may send older lines in a later batch. The seen ids drop the repeats.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import spotrelay.agent.logs
-from spotrelay.agent.logs import UNSHIPPED, JobLogger, ship_to_cloudwatch
+from spotrelay.agent.logs import AGENT_DONE, UNSHIPPED, JobLogger, ship_to_cloudwatch
 
 
 class StalledLogs:
@@ -67,9 +67,48 @@ def test_lines_beyond_the_bound_are_left_to_the_journal_and_the_stream_says_how_
         log.info("job output", extra={"line": "after"})
     finally:
         handler.close()
+        logger.removeHandler(handler)
     lines = [event.get("line") for event in client.shipped]
     assert lines == ["first", *(f"stalled {n}" for n in range(100)), None, "after"]
     note = client.shipped[-2]
     assert note["message"] == UNSHIPPED
     assert note["lines"] == 150
+    assert (note["job_id"], note["attempt"]) == ("job-1", 1)
+
+
+@pytest.mark.parametrize("agent_says_done", [True, False])
+def test_the_agents_last_lines_pass_the_bound_and_the_count_of_the_rest_is_never_lost(
+    monkeypatch: pytest.MonkeyPatch, agent_says_done: bool
+) -> None:
+    monkeypatch.setattr(spotrelay.agent.logs, "SHIP_INTERVAL_SECONDS", 0.05)
+    client = StalledLogs()
+    logger = logging.getLogger("test.agent.shipping.close")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    handler = ship_to_cloudwatch(client, "/spotrelay/SpotRelay/agent", "job-1/00001", logger, max_queued=100)
+    log = JobLogger("job-1", 1, logger)
+    try:
+        # Given CloudWatch not answering while the job prints its last 150 lines (50 over the bound)
+        log.info("job output", extra={"line": "first"})
+        assert client.calls.acquire(timeout=30), "watchtower never sent its first batch"
+        for n in range(150):
+            log.info("job output", extra={"line": f"stalled {n}"})
+        # When the agent ends (with a warning and its last line, or killed before it says anything), and
+        # CloudWatch answers again as the handler closes
+        if agent_says_done:
+            log.warning("final checkpoint slow", extra={"seconds": 90})
+            log.info(AGENT_DONE, extra={"outcome": "succeeded"})
+        client.recover.set()
+    finally:
+        handler.close()
+        logger.removeHandler(handler)
+    # Then the warning and the last line get through the bound, and the count of the 50 lines left out is
+    # shipped either way: before the first line that gets through, or at close
+    messages = [event["message"] for event in client.shipped]
+    if agent_says_done:
+        assert messages[-3:] == [UNSHIPPED, "final checkpoint slow", AGENT_DONE]
+    else:
+        assert messages[-1] == UNSHIPPED
+    [note] = [event for event in client.shipped if event["message"] == UNSHIPPED]
+    assert note["lines"] == 50
     assert (note["job_id"], note["attempt"]) == ("job-1", 1)
