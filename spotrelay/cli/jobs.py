@@ -415,7 +415,7 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
         lines.append(
             f"  waiting since {job.waiting_since:%Y-%m-%d %H:%M} UTC: {job.waiting_reason or 'no pool found'}; at "
             f"{until:%Y-%m-%d %H:%M} UTC (limits.max_wait_hours {patience:g}) it goes on-demand if its spec "
-            "allows, else fails with NoCapacity"
+            "allows (NoCapacity as long again later if on-demand is refused too), else fails with NoCapacity"
         )
     if job.failure_reason:
         lines.append(f"  why: {job.failure_reason}")

@@ -594,10 +594,19 @@ def close_attempt(
 ) -> Attempt:
     """The attempt, ended at `now` (or as it already was), with its lost work accounted: progress
     made since the instance was running, less what the checkpoints of this attempt preserved. An instance
-    never seen `running` (lost before it booted, or never given capacity) made none."""
+    never seen `running` made none (lost before it booted), unless something says it ran (a notice, a
+    checkpoint of this attempt): then its `running` event was lost or late, and it ran from its launch."""
     if attempt.outcome is not None:
         return attempt
-    ran = 0.0 if attempt.running_at is None else max(0.0, (now - attempt.running_at).total_seconds() / 3600)
+    ran_from = attempt.running_at
+    if ran_from is None and (
+        attempt.interrupted_at is not None
+        or attempt.rebalance_at is not None
+        or attempt.migrate_requested_at is not None
+        or (pointer is not None and pointer.attempt == attempt.attempt)
+    ):
+        ran_from = attempt.started_at
+    ran = 0.0 if ran_from is None else max(0.0, (now - ran_from).total_seconds() / 3600)
     progress = ran * attempt.relative_speed
     saved = 0.0
     if pointer is not None and pointer.attempt == attempt.attempt:

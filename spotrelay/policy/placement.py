@@ -153,7 +153,7 @@ class Placement(BaseModel):
             of_kind = [r for r in self.rejected if r.category == category]
             example = min(of_kind, key=lambda r: (r.hourly_price is None, r.hourly_price or 0.0))
             kinds.append(f"{n} {category} (cheapest: {example.pool}: {example.reason})")
-        return f"no pool can take the job now: {'; '.join(kinds)}"
+        return f"no pool can take the job now: {'; '.join(kinds)}; market: {self.market.reason}"
 
 
 def latest_quotes(quotes: Iterable[PriceQuote]) -> dict[Pool, PriceQuote]:

@@ -50,6 +50,7 @@ def test_place_waits_when_every_pool_is_above_the_jobs_price_cap() -> None:
     assert job.waiting_reason is not None
     assert job.waiting_reason.startswith("no pool can take the job now: 3 price-cap (cheapest: ")
     assert f"{CHEAPEST}: $0.3500/h is above max_price_per_hour $0.3" in job.waiting_reason
+    assert "; market: " in job.waiting_reason  # and what the market choice was
 
 
 def test_a_plan_clears_the_reason_the_job_waited() -> None:
@@ -494,6 +495,20 @@ def test_an_instance_never_seen_running_lost_no_work() -> None:
     job = world.job()
     assert (job.interruptions, job.lost_work_hours) == (1, 0)
     assert job.cost_usd == pytest.approx(attempt.hourly_price)
+
+
+def test_an_instance_whose_running_event_never_came_but_was_warned_lost_its_work() -> None:
+    # Given an attempt whose `running` event was lost, warned of an interruption after an hour
+    world = World()
+    world.launched()
+    world.advance(hours=1)
+    world.warned()
+    world.advance(seconds=150)
+    # When Recover gives up waiting for its final checkpoint
+    world.recover(failure=error("SpotInterrupted"))
+    # Then the work since its launch is counted lost: the notice says it ran
+    attempt = world.attempt()
+    assert attempt.lost_work_hours == pytest.approx((1 + 150 / 3600) * attempt.relative_speed)
 
 
 def test_recover_stops_waiting_for_a_final_checkpoint_after_150_seconds() -> None:
