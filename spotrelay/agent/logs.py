@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -111,6 +112,15 @@ def ship_to_cloudwatch(
                 return
             if self.dropped:
                 self._count_dropped()
+            self._put(record)
+
+        def _put(self, record: logging.LogRecord) -> None:
+            waiting = self.queues.get(stream)
+            if self.creating_log_stream and waiting is not None and threading.current_thread() not in self.threads:
+                # watchtower drops every line, from any thread, while its sender recreates the stream (a guard
+                # against its own recursion): a line of the agent's goes to the queue here instead
+                waiting.put({"timestamp": int(record.created * 1000), "message": self.format(record)})
+                return
             super().emit(record)  # type: ignore[no-untyped-call]
 
         def _count_dropped(self) -> None:
@@ -119,7 +129,7 @@ def ship_to_cloudwatch(
             note.lines = dropped
             for key in ("job_id", "attempt"):  # the agent's lines carry them: so does this one
                 setattr(note, key, getattr(self.last, key, None))
-            super().emit(note)  # type: ignore[no-untyped-call]
+            self._put(note)
 
         def close(self) -> None:
             self.acquire()

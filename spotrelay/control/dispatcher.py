@@ -30,6 +30,7 @@ from spotrelay.control.ports import Clock, JobQueue, JobStore, QueueMessage, Wor
 from spotrelay.models import Job, JobSpecError, JobState, ensure_transition, parse_job_spec
 
 MAX_MESSAGES_PER_RUN = 100
+INVALID_JOB = "InvalidJob"  # the failure reason's prefix of a message that is no valid job
 MAX_QUEUED_CONSIDERED = 500
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _SUBMISSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a UUID, lower case
@@ -75,17 +76,24 @@ def intake(
         reason = str(e) if isinstance(e, JobSpecError) else f"{source}: line {e.lineno}: not valid JSON ({e.msg})"
         name = data.get("name") if isinstance(data, dict) else None
         job_id = job_id_for(name if isinstance(name, str) and name else "invalid", submission_key(message))
-        store.create_job(_failed_job(job_id, reason, now))
+        if not store.create_job(_failed_job(job_id, reason, now)):
+            existing, _ = store.get_job(job_id)
+            if not (existing.failure_reason or "").startswith(INVALID_JOB):
+                # A message this dispatcher recorded as a job under rules a later version tightened, delivered
+                # again (SQS is at least once): the job stands, the message is done.
+                queue.delete(message)
+                return job_id, "accepted"
         queue.dead_letter(message, reason)
         return job_id, "rejected"
     job_id = job_id_for(spec.name, submission_key(message))
     if store.create_job(Job(job_id=job_id, spec=spec, submitted_at=now, updated_at=now)):
-        if store.cancel_requested_before_admission(job_id):  # `spotrelay cancel` came before this message
-            update_job(store, job_id, _mark_cancelled(now))
+        _cancel_if_noted(store, job_id, now)  # `spotrelay cancel` came before this message
     else:
         # Recorded already: this message again (a redelivery, a resend), or another job under a reused
         # submission id, which must not vanish into the first.
         existing, _ = store.get_job(job_id)
+        if existing.state is JobState.QUEUED and existing.spec == spec:
+            _cancel_if_noted(store, job_id, now)  # a run that stopped before it read the note
         if existing.spec != spec:
             reason = (
                 f"{source}: submission id {message.submission_id} already names job {job_id}, submitted with "
@@ -97,15 +105,23 @@ def intake(
     return job_id, "accepted"
 
 
-def _mark_cancelled(now: datetime) -> Callable[[Job], None]:
-    def change(job: Job) -> None:
-        if not job.state.is_terminal:
-            job.state = ensure_transition(job.state, JobState.CANCELLED)
-            job.cancel_requested = True
-            job.failure_reason = "JobCancelled: cancelled by the user before it was admitted"
-            job.ended_at = job.updated_at = now
+def _cancel_if_noted(store: JobStore, job_id: str, now: datetime) -> bool:
+    """Record the job CANCELLED if `spotrelay cancel` left a note for it and it is still QUEUED (never
+    admitted: nothing to stop). True if it is cancelled now."""
+    if not store.cancel_requested_before_admission(job_id):
+        return False
 
-    return change
+    def change(job: Job) -> bool:
+        if job.state is not JobState.QUEUED:  # admitted meanwhile (a stale index): `cancel_job`'s to stop
+            return job.state is JobState.CANCELLED
+        job.state = ensure_transition(job.state, JobState.CANCELLED)
+        job.cancel_requested = True
+        job.failure_reason = "JobCancelled: cancelled by the user before it was admitted"
+        job.ended_at = job.updated_at = now
+        return True
+
+    _, cancelled = update_job(store, job_id, change)
+    return cancelled
 
 
 def _failed_job(job_id: str, reason: str, now: datetime) -> Job:
@@ -117,7 +133,7 @@ def _failed_job(job_id: str, reason: str, now: datetime) -> Job:
         state=JobState.FAILED,
         submitted_at=now,
         updated_at=now,
-        failure_reason=f"InvalidJob: {reason}",
+        failure_reason=f"{INVALID_JOB}: {reason}",
         ended_at=now,
     )
 
@@ -146,8 +162,7 @@ def dispatch(
     admitted: list[str] = []
     for job in plan.admitted:
         # Again here: a run that stopped between recording the job and reading the note left it QUEUED
-        if store.cancel_requested_before_admission(job.job_id):
-            update_job(store, job.job_id, _mark_cancelled(clock.now()))
+        if _cancel_if_noted(store, job.job_id, clock.now()):
             continue
         workflow.start(job.job_id, {"job_id": job.job_id, "heartbeat_seconds": heartbeat_seconds})
         update_job(store, job.job_id, _mark_admitted(clock))

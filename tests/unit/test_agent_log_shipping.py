@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 import spotrelay.agent.logs
 from spotrelay.agent.logs import AGENT_DONE, UNSHIPPED, JobLogger, ship_to_cloudwatch
@@ -112,3 +113,67 @@ def test_the_agents_last_lines_pass_the_bound_and_the_count_of_the_rest_is_never
     [note] = [event for event in client.shipped if event["message"] == UNSHIPPED]
     assert note["lines"] == 50
     assert (note["job_id"], note["attempt"]) == ("job-1", 1)
+
+
+class LostStreamLogs:
+    """CloudWatch Logs whose stream is not there at first (the agent could not create it at boot): the first
+    PutLogEvents says so, and the CreateLogStream that watchtower's sender then makes takes until `created`."""
+
+    class exceptions:  # boto3 client attribute
+        class ResourceAlreadyExistsException(ClientError):
+            pass
+
+        class ResourceNotFoundException(ClientError):
+            pass
+
+        class DataAlreadyAcceptedException(ClientError):
+            pass
+
+        class InvalidSequenceTokenException(ClientError):
+            pass
+
+    def __init__(self) -> None:
+        self.creating = threading.Event()
+        self.created = threading.Event()
+        self.exists = False
+        self.boot_attempts = 0
+        self.shipped: list[dict[str, Any]] = []
+
+    def create_log_stream(self, **kwargs: Any) -> dict[str, Any]:
+        if self.boot_attempts == 0:  # the agent's own attempt at boot fails (the network is not up)
+            self.boot_attempts += 1
+            raise OSError("network unreachable")
+        self.creating.set()
+        self.created.wait(timeout=30)
+        self.exists = True
+        return {}
+
+    def put_log_events(self, **kwargs: Any) -> dict[str, Any]:
+        if not self.exists:
+            error: Any = {"Error": {"Code": "ResourceNotFoundException", "Message": "no stream"}}
+            raise self.exceptions.ResourceNotFoundException(error, "PutLogEvents")
+        self.shipped.extend(json.loads(event["message"]) for event in kwargs["logEvents"])
+        return {"nextSequenceToken": "t"}
+
+
+def test_lines_logged_while_watchtower_recreates_the_stream_are_shipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spotrelay.agent.logs, "SHIP_INTERVAL_SECONDS", 0.05)
+    client = LostStreamLogs()
+    logger = logging.getLogger("test.agent.shipping.recreate")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    handler = ship_to_cloudwatch(client, "/spotrelay/SpotRelay/agent", "job-1/00001", logger)
+    log = JobLogger("job-1", 1, logger)
+    try:
+        # Given a first line whose send finds no stream, so watchtower's sender recreates it
+        log.info("job output", extra={"line": "first"})
+        assert client.creating.wait(timeout=30), "watchtower never recreated the stream"
+        # When the job prints while the stream is being created
+        for n in range(20):
+            log.info("job output", extra={"line": f"during {n}"})
+        client.created.set()
+    finally:
+        handler.close()
+        logger.removeHandler(handler)
+    # Then every line arrives, in order
+    assert [event.get("line") for event in client.shipped] == ["first", *(f"during {n}" for n in range(20))]

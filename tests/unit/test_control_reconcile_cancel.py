@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from control_builders import CHEAPEST, HEARTBEAT_SECONDS, SECOND, THIRD, World, error, make_job, recorded_event
@@ -14,7 +15,7 @@ from spotrelay.config import TAG_MANAGED
 from spotrelay.control.dispatcher import job_id_for
 from spotrelay.control.lifecycle import InsufficientInstanceCapacity
 from spotrelay.control.ports import InstanceRef, InstanceState, LaunchRequest
-from spotrelay.models import Attempt, AttemptOutcome, JobState, Market, Pool
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobSpec, JobState, Market, Pool
 
 # ============================================================================================= Reconcile
 
@@ -242,9 +243,9 @@ def test_cancelling_a_queued_job_ends_it_with_nothing_to_terminate() -> None:
 SUBMISSION = "0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
 
 
-def queued_message(world: World) -> str:
+def queued_message(world: World, spec: dict[str, Any] | None = None) -> str:
     """A job sent with a submission id, not read yet; returns the id the dispatcher will give it."""
-    body = json.dumps({"name": "train", "run": {"command": "python train.py"}, "resources": {"gpus": 1}})
+    body = json.dumps(spec or {"name": "train", "run": {"command": "python train.py"}, "resources": {"gpus": 1}})
     world.queue.send(body, submission_id=SUBMISSION)
     return job_id_for("train", SUBMISSION)
 
@@ -284,6 +285,43 @@ def test_a_cancel_note_is_kept_even_if_the_dispatcher_stopped_right_after_record
     assert report.admitted == []
     assert world.job(job_id).state is JobState.CANCELLED
     assert world.workflow.executions == {}
+
+
+def test_a_noted_job_the_stale_queue_index_still_lists_after_its_admission_is_left_to_cancel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a job admitted (its execution started) before a cancel note was written, and a queued index
+    # that still lists it as QUEUED (the GSI lags the table)
+    world = World()
+    job_id = queued_message(world)
+    world.dispatch()
+    assert world.job(job_id).state is JobState.PLACING
+    stale = world.job(job_id).model_copy(update={"state": JobState.QUEUED})
+    world.store.request_cancel_before_admission(job_id)
+    monkeypatch.setattr(world.store, "queued_jobs", lambda limit: [stale])
+    # When the dispatcher runs again
+    world.dispatch()
+    # Then it does not write CANCELLED over a live job it cannot stop (that is `cancel_job`'s work)
+    assert world.job(job_id).state is JobState.PLACING
+    assert world.job(job_id).failure_reason is None
+
+
+def test_a_message_recorded_under_older_rules_and_delivered_again_is_not_dead_lettered() -> None:
+    # Given a job recorded from a message before a deadline needed work_hours, whose message SQS delivers
+    # again after the upgrade (the earlier run stopped before deleting it)
+    world = World()
+    spec = {"name": "train", "run": {"command": "python train.py"}, "resources": {"gpus": 1}}
+    spec["limits"] = {"deadline_hours": 5}
+    job_id = queued_message(world, spec)
+    now = world.clock.now()
+    world.store.create_job(Job(job_id=job_id, spec=JobSpec.model_validate(spec), submitted_at=now, updated_at=now))
+    # When the dispatcher reads it
+    report = world.dispatch()
+    # Then the message is done with, not dead-lettered, and the job stands (and is admitted)
+    assert world.queue.messages == []
+    assert world.queue.dlq == []
+    assert report.rejected == []
+    assert world.job(job_id).state is JobState.PLACING
 
 
 def test_a_cancel_racing_the_dispatchers_intake_still_cancels_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
