@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -37,17 +39,27 @@ class StalledLogs:
         return {"nextSequenceToken": "t"}
 
 
+@contextmanager
+def shipping(client: Any, monkeypatch: pytest.MonkeyPatch, **options: Any) -> Iterator[tuple[JobLogger, Any]]:
+    """Attempt 1 of job-1 logging through `ship_to_cloudwatch` to `client`, batches every 50 ms; the
+    handler is closed (what is left is sent) and detached at the end of the block."""
+    monkeypatch.setattr(spotrelay.agent.logs, "SHIP_INTERVAL_SECONDS", 0.05)
+    logger = logging.getLogger(f"test.agent.shipping.{id(client)}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    handler = ship_to_cloudwatch(client, "/spotrelay/SpotRelay/agent", "job-1/00001", logger, **options)
+    try:
+        yield JobLogger("job-1", 1, logger), handler
+    finally:
+        handler.close()
+        logger.removeHandler(handler)
+
+
 def test_lines_beyond_the_bound_are_left_to_the_journal_and_the_stream_says_how_many(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(spotrelay.agent.logs, "SHIP_INTERVAL_SECONDS", 0.05)
     client = StalledLogs()
-    logger = logging.getLogger("test.agent.shipping")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    handler = ship_to_cloudwatch(client, "/spotrelay/SpotRelay/agent", "job-1/00001", logger, max_queued=100)
-    log = JobLogger("job-1", 1, logger)
-    try:
+    with shipping(client, monkeypatch, max_queued=100) as (log, handler):
         # Given a batch in flight that CloudWatch does not answer
         log.info("job output", extra={"line": "first"})
         assert client.calls.acquire(timeout=30), "watchtower never sent its first batch"
@@ -66,9 +78,6 @@ def test_lines_beyond_the_bound_are_left_to_the_journal_and_the_stream_says_how_
         client.recover.set()
         queued.join()  # watchtower's thread has taken the 100 into its next batch
         log.info("job output", extra={"line": "after"})
-    finally:
-        handler.close()
-        logger.removeHandler(handler)
     lines = [event.get("line") for event in client.shipped]
     assert lines == ["first", *(f"stalled {n}" for n in range(100)), None, "after"]
     note = client.shipped[-2]
@@ -81,14 +90,8 @@ def test_lines_beyond_the_bound_are_left_to_the_journal_and_the_stream_says_how_
 def test_the_agents_last_lines_pass_the_bound_and_the_count_of_the_rest_is_never_lost(
     monkeypatch: pytest.MonkeyPatch, agent_says_done: bool
 ) -> None:
-    monkeypatch.setattr(spotrelay.agent.logs, "SHIP_INTERVAL_SECONDS", 0.05)
     client = StalledLogs()
-    logger = logging.getLogger("test.agent.shipping.close")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    handler = ship_to_cloudwatch(client, "/spotrelay/SpotRelay/agent", "job-1/00001", logger, max_queued=100)
-    log = JobLogger("job-1", 1, logger)
-    try:
+    with shipping(client, monkeypatch, max_queued=100) as (log, _):
         # Given CloudWatch not answering while the job prints its last 150 lines (50 over the bound)
         log.info("job output", extra={"line": "first"})
         assert client.calls.acquire(timeout=30), "watchtower never sent its first batch"
@@ -100,9 +103,6 @@ def test_the_agents_last_lines_pass_the_bound_and_the_count_of_the_rest_is_never
             log.warning("final checkpoint slow", extra={"seconds": 90})
             log.info(AGENT_DONE, extra={"outcome": "succeeded"})
         client.recover.set()
-    finally:
-        handler.close()
-        logger.removeHandler(handler)
     # Then the warning and the last line get through the bound, and the count of the 50 lines left out is
     # shipped either way: before the first line that gets through, or at close
     messages = [event["message"] for event in client.shipped]
@@ -157,14 +157,8 @@ class LostStreamLogs:
 
 
 def test_lines_logged_while_watchtower_recreates_the_stream_are_shipped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spotrelay.agent.logs, "SHIP_INTERVAL_SECONDS", 0.05)
     client = LostStreamLogs()
-    logger = logging.getLogger("test.agent.shipping.recreate")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    handler = ship_to_cloudwatch(client, "/spotrelay/SpotRelay/agent", "job-1/00001", logger)
-    log = JobLogger("job-1", 1, logger)
-    try:
+    with shipping(client, monkeypatch) as (log, _):
         # Given a first line whose send finds no stream, so watchtower's sender recreates it
         log.info("job output", extra={"line": "first"})
         assert client.creating.wait(timeout=30), "watchtower never recreated the stream"
@@ -172,8 +166,5 @@ def test_lines_logged_while_watchtower_recreates_the_stream_are_shipped(monkeypa
         for n in range(20):
             log.info("job output", extra={"line": f"during {n}"})
         client.created.set()
-    finally:
-        handler.close()
-        logger.removeHandler(handler)
     # Then every line arrives, in order
     assert [event.get("line") for event in client.shipped] == ["first", *(f"during {n}" for n in range(20))]
