@@ -17,7 +17,8 @@ import typer
 from rich.table import Column, Table
 
 from spotrelay.cli.console import err, fail, out, tables
-from spotrelay.models import JobSpecError, JobState, load_job_spec
+from spotrelay.models import JobSpecError, JobState, load_job_spec, parse_job_spec
+from spotrelay.models.job_spec import decode_document
 
 if TYPE_CHECKING:
     from spotrelay.aws.stack import JobsClient, JobStatus, LogLine
@@ -74,7 +75,9 @@ def on_stack(stack: str, region: str | None, endpoint_url: str | None, use: Call
 
 
 def submit_command(
-    job_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="a job spec, YAML or JSON (README)")],
+    job_file: Annotated[
+        Path, typer.Argument(metavar="JOB.yaml", help="a job spec, YAML or JSON (README); - reads it from stdin")
+    ],
     stack: StackOption = "SpotRelay",
     region: RegionOption = None,
     endpoint_url: EndpointOption = None,
@@ -93,7 +96,10 @@ def submit_command(
     """
 
     try:
-        spec = load_job_spec(job_file)
+        if str(job_file) == "-":  # `... | spotrelay submit -`
+            spec = parse_job_spec(decode_document(sys.stdin.read(), "stdin"), "stdin")
+        else:
+            spec = load_job_spec(job_file)
     except JobSpecError as e:
         fail(str(e))
     submitted = on_stack(stack, region, endpoint_url, lambda client: client.submit(spec, wake=wake))

@@ -29,10 +29,10 @@ def deployed(runtime: LocalRuntime) -> LocalStack:
     return runtime.stack
 
 
-def run(clock: VirtualClock, *args: str) -> Any:
+def run(clock: VirtualClock, *args: str, stdin: str | None = None) -> Any:
     """The command as a user runs it, then the clock runs whatever it set off (the dispatcher it woke)."""
     with clock.exclusive():
-        result = CliRunner().invoke(app, list(args))
+        result = CliRunner().invoke(app, list(args), input=stdin)
     clock.wait_quiescent()
     return result
 
@@ -128,6 +128,20 @@ def test_an_invalid_job_is_refused_before_anything_is_sent(
     )
     assert queue["Attributes"]["ApproximateNumberOfMessages"] == "0"
     assert runtime.market_launches() == []
+
+
+def test_submit_reads_the_spec_from_stdin_with_a_dash(
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path
+) -> None:
+    # A bad spec piped in is refused, named as stdin
+    refused = run(clock, "submit", "-", stdin="name: train\nrun: {command: python train.py}\nresources: {gpus: 9}\n")
+    assert refused.exit_code == 2
+    assert "stdin: resources.gpus: no EC2 GPU instance type has 9 GPUs" in refused.stderr
+    # A good one is submitted and launched, as from a file
+    spec = (events_dir / "jobs" / "resnet50.yaml").read_text()
+    job_id = run(clock, "submit", "-", "--stack", "SpotRelay", stdin=spec).stdout.strip()
+    (launch,) = runtime.market_launches()
+    assert launch.tags[TAG_JOB_ID] == job_id
 
 
 def test_an_unknown_job_or_stack_is_a_one_line_error(runtime: LocalRuntime, clock: VirtualClock) -> None:
