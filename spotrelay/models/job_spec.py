@@ -8,6 +8,7 @@ rejected with a message that names the field and says what is allowed (`JobSpecE
 from __future__ import annotations
 
 import json
+import re
 import types
 import typing
 from enum import StrEnum
@@ -52,6 +53,9 @@ class SpecFieldError(ValueError):
         self.field = field
 
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # POSIX's portable environment variable names
+
+
 class RunSpec(_Spec):
     image: str | None = Field(default=None, min_length=1, description="container image, run with GPUs")
     command: str | None = Field(default=None, min_length=1, description="shell command (in the image if any)")
@@ -59,17 +63,25 @@ class RunSpec(_Spec):
 
     @field_validator("env", mode="before")
     @classmethod
-    def _numbers_as_text(cls, env: Any) -> Any:
-        """`EPOCHS: 90` in YAML is the number 90; the job sees the text "90" either way. A YAML boolean is
-        refused: `true`, `True`, `yes` all load as True, so which text was meant is lost."""
+    def _text_only(cls, env: Any) -> Any:
+        """The job's environment holds text. A value YAML or JSON read as a number or a boolean is refused,
+        not turned back into text: its text is lost (2.10 reads as 2.1, 0755 as 493, 12:30 as 750, yes as
+        True). Names are what a shell and the agent can pass on."""
         if not isinstance(env, dict):
             return env
         for key, value in env.items():
-            if isinstance(value, bool):
+            if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
                 raise SpecFieldError(
-                    f"run.env.{key}", "a YAML boolean, whose text is lost; quote the text you mean, e.g. 'true' or '1'"
+                    f"run.env.{key}", "not an environment variable name: use letters, digits and _, not first a digit"
                 )
-        return {key: str(value) if isinstance(value, int | float) else value for key, value in env.items()}
+            if not isinstance(value, str):
+                raise SpecFieldError(
+                    f"run.env.{key}",
+                    f"{value} is not text: YAML and JSON read an unquoted value as a number, boolean or date and lose "
+                    f"how it was written (2.10 reads as 2.1, 0755 as 493, yes as True); quote it as written, e.g. "
+                    f'{key}: "..."',
+                )
+        return env
 
     @model_validator(mode="after")
     def _image_or_command(self) -> Self:
