@@ -63,14 +63,15 @@ class RunSpec(_Spec):
 
     @field_validator("env", mode="before")
     @classmethod
-    def _text_only(cls, env: Any) -> Any:
+    def _text_only(cls, env: Any, info: ValidationInfo) -> Any:
         """The job's environment holds text. A value YAML or JSON read as a number or a boolean is refused,
         not turned back into text: its text is lost (2.10 reads as 2.1, 0755 as 493, 12:30 as 750, yes as
         True). Names are what a shell and the agent can pass on."""
         if not isinstance(env, dict):
             return env
         for key, value in env.items():
-            if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
+            # names: at submission only (a record stored before the rule must still read back)
+            if (info.context or {}).get(SUBMISSION) and not (isinstance(key, str) and ENV_NAME.fullmatch(key)):
                 raise SpecFieldError(
                     f"run.env.{key}", "not an environment variable name: use letters, digits and _, not first a digit"
                 )

@@ -465,8 +465,8 @@ def test_spec_is_frozen(events_dir: Path) -> None:
 
 
 def test_a_job_stored_before_a_rule_was_added_still_reads_back() -> None:
-    # Given the record of a job submitted before a deadline needed work_hours (the table keeps it)
-    spec = {"name": "train", "run": {"command": "python train.py"}, "resources": {"gpus": 1}}
+    # Given the record of a job submitted before a deadline needed work_hours and env names were checked
+    spec = {"name": "train", "run": {"command": "python train.py", "env": {"MY VAR": "1"}}, "resources": {"gpus": 1}}
     spec["limits"] = {"deadline_hours": 5}
     now = "2026-11-30T12:00:00Z"
     record = json.dumps({"job_id": "train-0123456789ab", "spec": spec, "submitted_at": now, "updated_at": now})
@@ -474,5 +474,8 @@ def test_a_job_stored_before_a_rule_was_added_still_reads_back() -> None:
     job = Job.model_validate_json(record)
     assert job.spec.limits.deadline_hours == 5
     # And the same spec submitted now is refused
+    with pytest.raises(JobSpecError, match=r"run\.env\.MY VAR: not an environment variable name"):
+        parse_job_spec(spec)
+    spec["run"] = {"command": "python train.py"}
     with pytest.raises(JobSpecError, match=r"limits\.deadline_hours: needs work_hours"):
         parse_job_spec(spec)
