@@ -22,6 +22,7 @@ from pathlib import Path
 from moto.server import ThreadedMotoServer
 
 from spotrelay.aws.stack import DEFAULT_STACK
+from spotrelay.config import ENV_HEARTBEAT_SECONDS, SCHEDULE_MINUTES
 from spotrelay.local.clock import WallClock
 from spotrelay.local.deploy import LocalStack
 from spotrelay.local.lambdas import REPO_ROOT
@@ -29,6 +30,7 @@ from spotrelay.local.runtime import LocalRuntime
 from spotrelay.market import MarketBuilder, SpotMarket
 
 DEFAULT_PORT = 5055
+NO_WORKER_HEARTBEAT_SECONDS = 30 * 24 * 3600  # under the Run task's own timeout (a year)
 DEFAULT_HOST = "localhost"  # not 127.0.0.1: the CDK CLI and some SDKs treat the two differently
 DEFAULT_PRICES = REPO_ROOT / "events" / "prices" / "us-east-1-example.csv"
 
@@ -73,16 +75,42 @@ def serve_local_stack(
     """moto's server on host:port with the stack deployed; stops both when the block ends."""
     _check_port(host, port)
     clock = WallClock(market.start if market is not None else None, speed=speed)
-    with LocalRuntime(clock=clock, market=market, region=region, code_root=code_root, quiet=quiet) as runtime:
+    # No worker runs on the instances here, so nothing heartbeats: a Run task would time out and the job be
+    # relaunched as lost every heartbeat (15 min). Launched jobs stay LAUNCHING instead, as the README says.
+    quiet_workers = {ENV_HEARTBEAT_SECONDS: str(NO_WORKER_HEARTBEAT_SECONDS)}
+    with LocalRuntime(
+        clock=clock, market=market, region=region, code_root=code_root, quiet=quiet, function_overrides=quiet_workers
+    ) as runtime:
         # werkzeug prints a line for every request (each boto3 call, each poll): its warnings are enough
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
         server.start()
+        stopped = threading.Event()
+        schedule: threading.Thread | None = None
         try:
             stack = runtime.deploy(template)
+            # moto runs no EventBridge schedule: fire the stack's (dispatch + reconcile) on the wall clock
+            schedule = threading.Thread(
+                target=_fire_schedules, args=(runtime, stack, speed, stopped), name="schedule", daemon=True
+            )
+            schedule.start()
             yield ServedStack(endpoint_url=f"http://{host}:{port}", stack=stack, runtime=runtime)
         finally:
+            stopped.set()
+            if schedule is not None:
+                schedule.join(timeout=30)
             server.stop()
+
+
+def _fire_schedules(runtime: LocalRuntime, stack: LocalStack, speed: float, stopped: threading.Event) -> None:
+    """Every SCHEDULE_MINUTES of simulated time, fire every schedule rule of the stack, until `stopped`."""
+    log = logging.getLogger(__name__)
+    while not stopped.wait(SCHEDULE_MINUTES * 60 / speed):
+        for rule in stack.schedule_rules:
+            try:
+                runtime.fire_schedule(rule)
+            except Exception:  # a failing target is the function's to report; the schedule goes on
+                log.exception("schedule rule failed", extra={"rule": rule})
 
 
 def describe(served: ServedStack) -> list[str]:

@@ -16,7 +16,7 @@ from botocore.config import Config
 from typer.testing import CliRunner
 
 from spotrelay.cli import app
-from spotrelay.local.server import describe, price_market, serve_local_stack
+from spotrelay.local.server import NO_WORKER_HEARTBEAT_SECONDS, describe, price_market, serve_local_stack
 
 from .conftest import START
 
@@ -99,3 +99,30 @@ def test_spotrelay_submit_and_status_reach_the_stack_through_the_endpoint(
                 break
             time.sleep(0.2)  # a poll interval: leave the two cores to the Launch it waits for
         assert [a["instance_id"] for a in attempts] == [launch.instance_id]
+
+
+def test_local_up_runs_the_schedule_and_keeps_a_workerless_launch_from_timing_out(
+    synthesized_template: Path, events_dir: Path, resnet50_message: str
+) -> None:
+    market = price_market(events_dir / "prices" / "us-east-1-example.csv", START + timedelta(hours=1))
+    # Given local up at 600x (its 5-minute schedule every half second of wall time)
+    with serve_local_stack(
+        port=free_port(), template=synthesized_template, market=market, quiet=True, speed=600
+    ) as served:
+        sqs = boto3.client(
+            "sqs",
+            endpoint_url=served.endpoint_url,
+            region_name=served.stack.region,
+            config=Config(retries={"total_max_attempts": 1}),
+        )
+        sfn = boto3.client("stepfunctions", endpoint_url=served.endpoint_url, region_name=served.stack.region)
+        # When a job is sent as `aws sqs send-message` would, with no one invoking the dispatcher
+        sqs.send_message(QueueUrl=served.stack.queue_url, MessageBody=resnet50_message)
+        # Then the schedule's dispatcher admits it and it is launched
+        assert served.runtime.market is not None
+        (launch,) = served.runtime.market.wait_for_launches(1, timeout=30)
+        assert launch.pool.availability_zone in served.stack.subnets
+        # And its execution waits for a heartbeat no worker here sends for 30 days, not the stack's 15 minutes
+        (execution,) = sfn.list_executions(stateMachineArn=served.stack.state_machine_arn)["executions"]
+        started = json.loads(sfn.describe_execution(executionArn=execution["executionArn"])["input"])
+        assert started["heartbeat_seconds"] == NO_WORKER_HEARTBEAT_SECONDS == 30 * 24 * 3600
