@@ -296,22 +296,43 @@ def load_job_spec(path: str | Path) -> JobSpec:
 
 
 def decode_document(text: str, source: str) -> Any:
-    """YAML (of which JSON is a subset), with the line of a syntax error in the message."""
+    """YAML (of which JSON is a subset), with the line of a syntax error in the message. A key given twice in
+    one mapping is refused: both parsers would keep the last silently (a second `limits:` block pasted
+    below the first would replace it)."""
     if text.lstrip().startswith(("{", "[")):
         # JSON as JSON: YAML would refuse tab-indented JSON, which many JSON writers produce.
         try:
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, source))
         except json.JSONDecodeError as e:
             raise JobSpecError(source, [f"line {e.lineno}: not valid JSON ({e.msg})"]) from None
     import yaml  # here, not at the top: the Lambda functions parse JSON and their runtime has no PyYAML
 
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    line = key_node.start_mark.line + 1
+                    raise JobSpecError(source, [f"line {line}: {key} is given twice; keep one"])
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no Python objects
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e)
         raise JobSpecError(source, [f"{where}not valid YAML or JSON ({problem})"]) from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]], source: str) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise JobSpecError(source, [f"{', '.join(twice)} given twice in one object; keep one"])
+    return dict(pairs)
 
 
 def job_spec_json_schema() -> str:

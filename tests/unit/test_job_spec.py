@@ -479,3 +479,26 @@ def test_a_job_stored_before_a_rule_was_added_still_reads_back() -> None:
     spec["run"] = {"command": "python train.py"}
     with pytest.raises(JobSpecError, match=r"limits\.deadline_hours: needs work_hours"):
         parse_job_spec(spec)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        (
+            "twice.yaml",
+            MINIMAL + "limits: {max_total_cost: 5}\nlimits: {deadline_hours: 9}\n",
+            "line 5: limits is given twice",
+        ),
+        (
+            "twice.json",
+            '{"name": "a", "run": {"command": "x"}, "resources": {"gpus": 1}, "name": "b"}',
+            "name given twice",
+        ),
+    ],
+)
+def test_a_key_given_twice_is_refused_not_overwritten(write_file: WriteFile, name: str, text: str, says: str) -> None:
+    # A second block pasted below the first would otherwise replace it silently
+    with pytest.raises(JobSpecError) as refused:
+        load_job_spec(write_file(name, text))
+    assert says in str(refused.value)
+    assert str(refused.value).startswith(f"{write_file(name, text)}: ")
