@@ -415,6 +415,8 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     if on_demand >= 0.005:
         cost += f", ${on_demand:.2f} on on-demand ({_share(total, on_demand)} saved)"
     lines.append(f"{cost}; {job.interruptions} interruption(s), {job.lost_work_hours:.2f} h of work lost")
+    if job.state is JobState.QUEUED and job.waiting_reason:
+        lines.append(f"  {job.waiting_reason}")
     if job.state is JobState.WAITING and job.waiting_since is not None:
         patience = job.spec.limits.max_wait_hours
         until = job.waiting_since + timedelta(hours=patience)

@@ -171,6 +171,10 @@ def dispatch(
     for held in plan.impossible:
         update_job(store, held.job.job_id, _mark_impossible(held.reason, clock))
         failed.append(held.job.job_id)
+    for held in plan.held:  # `spotrelay status` says why a queued job waits (written only when it changes)
+        reason = f"held in the queue: {held.reason}"
+        if held.job.waiting_reason != reason:
+            update_job(store, held.job.job_id, _note_held(reason))
     return DispatchReport(
         received=len(messages),
         accepted=accepted,
@@ -182,10 +186,19 @@ def dispatch(
     )
 
 
+def _note_held(reason: str) -> Callable[[Job], None]:
+    def change(job: Job) -> None:
+        if job.state is JobState.QUEUED:
+            job.waiting_reason = reason
+
+    return change
+
+
 def _mark_admitted(clock: Clock) -> Callable[[Job], None]:
     def change(job: Job) -> None:
         if job.state is JobState.QUEUED:
             job.state = ensure_transition(job.state, JobState.PLACING)
+            job.waiting_reason = None
             job.updated_at = clock.now()
 
     return change

@@ -37,6 +37,11 @@ def test_a_valid_message_becomes_a_queued_job_and_is_deleted_from_the_queue() ->
     assert world.queue.messages == []
     assert world.queue.dlq == []
     assert report.held == {"resnet-msg1": "max_concurrent_jobs 0 reached"}
+    # And the job says why it waits in the queue (`spotrelay status`), until it is admitted
+    assert job.waiting_reason == "held in the queue: max_concurrent_jobs 0 reached"
+    world.dispatch()
+    assert world.job("resnet-msg1").state is JobState.PLACING
+    assert world.job("resnet-msg1").waiting_reason is None
 
 
 def test_a_message_redelivered_after_a_failed_delete_does_not_create_a_second_job() -> None:
