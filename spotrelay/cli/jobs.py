@@ -417,6 +417,9 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     lines.append(f"{cost}; {job.interruptions} interruption(s), {job.lost_work_hours:.2f} h of work lost")
     if job.state is JobState.QUEUED and job.waiting_reason:
         lines.append(f"  {job.waiting_reason}")
+    recovered = (job.last_recovery or {}).get("cause")
+    if recovered and not job.state.is_terminal:  # why it is on this attempt (a terminal job says `why:`)
+        lines.append(f"  last recovery, after attempt {job.last_recovered_attempt}: {recovered}")
     if job.state is JobState.WAITING and job.waiting_since is not None:
         patience = job.spec.limits.max_wait_hours
         until = job.waiting_since + timedelta(hours=patience)

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
 from spotrelay.aws.stack import USAGE, DeployedStack, JobsClient, JobStatus, StackError, deployed_stack
 from spotrelay.control.dispatcher import job_id_for
-from spotrelay.models import Attempt, AttemptOutcome, Job, Market, Pool, parse_job_spec
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, Pool, parse_job_spec
 
 if TYPE_CHECKING:
     from mypy_boto3_logs.type_defs import InputLogEventTypeDef
@@ -291,3 +291,26 @@ def test_log_lines_of_overlapping_attempts_come_in_time_order_from_cloudwatch() 
             "at 3000",
             "at 4000",
         ]
+
+
+def test_status_of_a_live_job_says_why_it_left_its_last_attempt() -> None:
+    from spotrelay.cli.jobs import describe_status
+
+    now = datetime(2026, 11, 30, 13, tzinfo=UTC)
+    cause = "HeartbeatTimeout in g4dn.xlarge in us-east-1a (spot): block it, take the next best pool"
+    job = Job(
+        job_id="train-0123456789ab",
+        spec=SPEC,
+        state=JobState.LAUNCHING,
+        submitted_at=now - timedelta(hours=1),
+        updated_at=now,
+        attempts=2,
+        interruptions=1,
+        last_recovered_attempt=1,
+        last_recovery={"action": "relaunch", "cause": cause},
+    )
+    lines = describe_status(JobStatus(job=job, attempts=[]), now)
+    assert f"  last recovery, after attempt 1: {cause}" in lines
+    # an ended job says why it ended instead
+    ended = job.model_copy(update={"state": JobState.FAILED, "failure_reason": "TooManyInterruptions: 21"})
+    assert not any(line.startswith("  last recovery") for line in describe_status(JobStatus(ended, []), now))
