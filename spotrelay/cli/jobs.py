@@ -423,10 +423,15 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     if job.state is JobState.WAITING and job.waiting_since is not None:
         patience = job.spec.limits.max_wait_hours
         until = job.waiting_since + timedelta(hours=patience)
+        then = (
+            "it goes on-demand if its spec allows (NoCapacity as long again later if on-demand is refused too), "
+            "else fails with NoCapacity"
+            if job.spec.limits.on_demand_fallback
+            else "it fails with NoCapacity (limits.on_demand_fallback is off)"
+        )
         lines.append(
             f"  waiting since {job.waiting_since:%Y-%m-%d %H:%M} UTC: {job.waiting_reason or 'no pool found'}; at "
-            f"{until:%Y-%m-%d %H:%M} UTC (limits.max_wait_hours {patience:g}) it goes on-demand if its spec "
-            "allows (NoCapacity as long again later if on-demand is refused too), else fails with NoCapacity"
+            f"{until:%Y-%m-%d %H:%M} UTC (limits.max_wait_hours {patience:g}) {then}"
         )
     if job.failure_reason:
         lines.append(f"  why: {job.failure_reason}")

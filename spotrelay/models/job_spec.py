@@ -231,6 +231,12 @@ class JobSpec(_Spec):
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
     recovery: Annotated[RecoverySpec, Field(default_factory=RecoverySpec)]
 
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any) -> Any:
+        """`priority: HIGH` is `high`, as `gpu_models: [a100]` is the A100."""
+        return value.lower() if isinstance(value, str) else value
+
     @field_validator("recovery", mode="before")
     @classmethod
     def _strategy_shorthand(cls, value: Any) -> Any:

@@ -314,3 +314,29 @@ def test_status_of_a_live_job_says_why_it_left_its_last_attempt() -> None:
     # an ended job says why it ended instead
     ended = job.model_copy(update={"state": JobState.FAILED, "failure_reason": "TooManyInterruptions: 21"})
     assert not any(line.startswith("  last recovery") for line in describe_status(JobStatus(ended, []), now))
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+def test_status_of_a_waiting_job_says_what_happens_when_its_patience_runs_out(fallback: bool) -> None:
+    from spotrelay.cli.jobs import describe_status
+
+    now = datetime(2026, 11, 30, 13, tzinfo=UTC)
+    spec = SPEC.model_copy(update={"limits": SPEC.limits.model_copy(update={"on_demand_fallback": fallback})})
+    job = Job(
+        job_id="train-0123456789ab",
+        spec=spec,
+        state=JobState.WAITING,
+        submitted_at=now - timedelta(hours=1),
+        updated_at=now,
+        waiting_since=now - timedelta(hours=1),
+        waiting_reason="no pool can take the job now: 3 price-cap (...)",
+    )
+    [line] = [line for line in describe_status(JobStatus(job, []), now) if line.startswith("  waiting since")]
+    assert "at 2026-12-01 12:00 UTC (limits.max_wait_hours 24)" in line
+    if fallback:
+        assert line.endswith(
+            "it goes on-demand if its spec allows (NoCapacity as long again later if on-demand is "
+            "refused too), else fails with NoCapacity"
+        )
+    else:
+        assert line.endswith("it fails with NoCapacity (limits.on_demand_fallback is off)")

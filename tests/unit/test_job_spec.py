@@ -211,6 +211,8 @@ def test_gpu_models_ignore_case(write_file: WriteFile) -> None:
     path = write_file("casual.yaml", MINIMAL.replace("{gpus: 1}", "{gpus: 1, gpu_models: [a100, A100, l4]}"))
     # When it is loaded, Then it has the catalog's model names, each once
     assert load_job_spec(path).resources.gpu_models == ("A100", "L4")
+    # and a priority in capitals is the same priority
+    assert load_job_spec(write_file("loud.yaml", MINIMAL + "priority: HIGH\n")).priority is Priority.HIGH
 
 
 # --- what is rejected -------------------------------------------------------------------------------
