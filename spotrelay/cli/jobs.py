@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from rich import box
 from rich.table import Column, Table
 
 from spotrelay.cli.console import err, fail, out, tables
@@ -161,16 +162,22 @@ def ls_command(
     if not jobs:
         err.print("no jobs" if ended else "no queued or live jobs (`--all` lists ended ones too)", markup=False)
         return
-    # cost_usd counts ended attempts; `status` adds the live instance's
-    table = Table(Column("job", no_wrap=True), "state", "done", "attempts", "interrupted", "ended $", "submitted")
+    # Fits 80 columns: no cost column (`cost` has each job's, with its live instance; --json has cost_usd,
+    # the ended attempts'), and the submission time folds before the job, state or progress wrap
+    table = Table(
+        Column("job", no_wrap=True),
+        Column("state", no_wrap=True),
+        Column("done", no_wrap=True),
+        Column("attempts", no_wrap=True),
+        Column("submitted", overflow="fold"),
+        box=box.SIMPLE_HEAD,
+    )
     for job in jobs:
         table.add_row(
             job.job_id,
             job.state.value,
             progress(job),
-            str(job.attempts),
-            str(job.interruptions),
-            f"{job.cost_usd:.2f}",
+            f"{job.attempts}" + (f", {job.interruptions} lost" if job.interruptions else ""),
             f"{job.submitted_at.astimezone(UTC):%m-%d %H:%M}",
         )
     tables().print(table)
@@ -439,16 +446,25 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
 
 
 def attempts_table(status: JobStatus) -> Table:
-    table = Table("#", "pool", "market", "$/h", Column("instance", no_wrap=True), "started", "ended", "outcome")
+    # Two lines a row (type over zone, start over end): an 80-column terminal shows every column whole
+    table = Table(
+        Column("#", no_wrap=True),
+        Column("pool", no_wrap=True),
+        Column("market", no_wrap=True),
+        Column("$/h", no_wrap=True),
+        Column("instance", overflow="fold"),
+        Column("from / to", no_wrap=True),
+        Column("outcome", no_wrap=True),
+        box=box.SIMPLE_HEAD,
+    )
     for a in status.attempts:
         table.add_row(
             str(a.attempt),
-            f"{a.pool.instance_type} {a.pool.availability_zone}",
+            f"{a.pool.instance_type}\n{a.pool.availability_zone}",
             a.pool.market.value,
             f"{a.hourly_price:.3f}",
             a.instance_id or "-",
-            f"{a.started_at:%m-%d %H:%M}",
-            f"{a.ended_at:%m-%d %H:%M}" if a.ended_at else "-",
+            f"{a.started_at:%m-%d %H:%M}\n{a.ended_at:%m-%d %H:%M}" if a.ended_at else f"{a.started_at:%m-%d %H:%M}\n-",
             a.outcome.value if a.outcome else ("standby" if a.is_standby else "live"),
         )
     return table
