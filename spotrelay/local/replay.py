@@ -75,6 +75,7 @@ RECORDED_DIR = REPO_ROOT / "events" / "recorded"
 ALARM_PERIOD = timedelta(minutes=1)
 STALL_SECONDS = DEFAULT_STALL_SECONDS  # a deadlock detector: see spotrelay.local.clock
 DEFAULT_WORK_HOURS = 1.0  # a job that does not say how long it runs
+REFUSED = "EC2 refused"  # how the timeline notes a launch EC2 refused
 _RECORDED = {
     "running": "instance-state-change-running.json",
     "terminated": "instance-state-change-terminated.json",
@@ -394,7 +395,7 @@ class Replay:
             refusal = refusals[self._seen_refusals]
             tracked = self._by_id.get(refusal.tags.get(TAG_JOB_ID, ""))
             label = tracked.submission.name if tracked is not None else "-"
-            self.note(label, f"EC2 refused {refusal.pool.offering} ({refusal.pool.market}): {refusal.code}", refusal.at)
+            self.note(label, f"{REFUSED} {refusal.pool.offering} ({refusal.pool.market}): {refusal.code}", refusal.at)
             self._seen_refusals += 1
         launches = market.launches
         while self._seen_launches < len(launches):
@@ -771,10 +772,27 @@ def render_text(result: ReplayResult, *, timeline_limit: int = 400) -> str:
     ]
     entries = result.timeline
     width = max([len(e.job) for e in entries] + [3])
-    for entry in entries[:timeline_limit]:
-        lines.append(f"  {_offset(scenario.start, entry.at)}  {entry.job:<{width}}  {entry.text}")
-    if len(entries) > timeline_limit:
-        lines.append(f"  ... {len(entries) - timeline_limit} more entries (--json for the data)")
+    # A pool refusing a job's every retry through an outage is one line per pool with a count, until the job
+    # has anything else to say; --json keeps every entry
+    shown: list[list[Any]] = []  # [at, job, text, times, last at]
+    refusing: dict[str, dict[str, int]] = {}  # job -> refusal text -> its shown line
+    for entry in entries:
+        burst = refusing.setdefault(entry.job, {})
+        if not entry.text.startswith(REFUSED):
+            burst.clear()
+        elif entry.text in burst:
+            line = shown[burst[entry.text]]
+            line[3] += 1
+            line[4] = entry.at
+            continue
+        else:
+            burst[entry.text] = len(shown)
+        shown.append([entry.at, entry.job, entry.text, 1, entry.at])
+    for at, job, text, times, last in shown[:timeline_limit]:
+        again = f"  (x{times}, the last at {_offset(scenario.start, last)})" if times > 1 else ""
+        lines.append(f"  {_offset(scenario.start, at)}  {job:<{width}}  {text}{again}")
+    if len(shown) > timeline_limit:
+        lines.append(f"  ... {len(shown) - timeline_limit} more lines (--json for the data)")
     lines += ["", "cost report"]
     header = (
         f"  {'job':<{width}}  {'state':<10} {'att':>3}  {'cost':>9}  {'on-demand':>9}  {'savings':>14}  {'lost h':>6}"

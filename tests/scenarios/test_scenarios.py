@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from spotrelay.local.replay import ReplayResult, check
+from spotrelay.local.replay import ReplayResult, check, render_text
 from spotrelay.local.scenario import Expectation
 
 Replayed = Callable[..., ReplayResult]
@@ -110,6 +110,17 @@ def test_capacity_outage_waits_then_places(replayed: Replayed) -> None:
     assert 2.80 <= hours_after_start(due["attempts"][0]["start"]) <= 2.80 + 0.06
     assert hours_after_start(due["attempts"][1]["start"]) >= 4.0
     assert result.to_json()["expectations"] == {"passed": 2, "failed": 0}
+    # The printed timeline has a line per refusing pool per job, with the count and the last time, not one
+    # per retry; the data keeps every refusal
+    refusals = [e for e in result.timeline if e.job == "resnet50" and "g6.xlarge:us-east-1a" in e.text]
+    assert len(refusals) > 10
+    printed = [line for line in render_text(result).splitlines() if "EC2 refused" in line]
+    assert len(printed) == 4
+    last = refusals[-1].at - result.scenario.start
+    assert any(
+        "resnet50 " in line and "us-east-1a" in line and f"(x{len(refusals)}, the last at +0{last}" in line
+        for line in printed
+    )
 
 
 def test_a_job_that_caught_up_on_demand_moves_back_to_spot_make_before_break(replayed: Replayed) -> None:
