@@ -66,7 +66,15 @@ from spotrelay.local.deploy import LocalStack
 from spotrelay.local.ec2_market import Launch
 from spotrelay.local.lambdas import REPO_ROOT
 from spotrelay.local.runtime import LocalRuntime
-from spotrelay.local.scenario import Expectation, Injection, Scenario, Submission, injections, submissions
+from spotrelay.local.scenario import (
+    Expectation,
+    Injection,
+    Scenario,
+    ScenarioError,
+    Submission,
+    injections,
+    submissions,
+)
 from spotrelay.local.workers import SimulatedWorker
 from spotrelay.market import from_scenario_market
 from spotrelay.models import Attempt, Job, JobState
@@ -512,6 +520,7 @@ class Replay:
 
     def run(self) -> ReplayResult:
         started = time.perf_counter()
+        _check_expectations_name_jobs(self.scenario)
         # The handlers' own output (Powertools flushes EMF metrics after 100 values even when they are
         # disabled) is not the replay's: stdout is the timeline, or the JSON.
         with (
@@ -666,6 +675,18 @@ def replay(scenario: Scenario, *, seed: int | None = None, template: Path | None
 
 
 # ------------------------------------------------------------------------------------- expectations
+
+
+def _check_expectations_name_jobs(scenario: Scenario) -> None:
+    """An expectation about a job the scenario never submits is a mistake in the scenario: say so before
+    replaying hours of it, not in its result."""
+    names = {name for s in submissions(scenario) for name in (s.name, s.entry)}
+    unknown = sorted({e.job for e in scenario.expect if e.job is not None and e.job not in names})
+    if unknown:
+        raise ScenarioError(
+            f"scenario {scenario.name}: expect names no job it submits: {', '.join(unknown)} "
+            f"(its jobs: {', '.join(sorted(names)) or 'none'})"
+        )
 
 
 def _matching(expectation: Expectation, jobs: Sequence[JobReport]) -> list[JobReport]:

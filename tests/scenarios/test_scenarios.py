@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
-from spotrelay.local.replay import ReplayResult, check, render_text
-from spotrelay.local.scenario import Expectation
+from spotrelay.local.replay import ReplayResult, check, render_text, replay
+from spotrelay.local.scenario import Expectation, ScenarioError, load_scenario
+
+from .conftest import SCENARIOS
 
 Replayed = Callable[..., ReplayResult]
 START = datetime(2026, 11, 30, tzinfo=UTC)
@@ -229,3 +232,14 @@ def test_expectations_can_fail(replayed: Replayed) -> None:
     assert [v.passed for v in verdicts] == [False] * len(wrong)
     assert "state SUCCEEDED, expected FAILED" in verdicts[0].detail
     assert "no job named nobody" in verdicts[4].detail
+
+
+def test_an_expectation_about_a_job_the_scenario_never_submits_is_refused_before_the_replay(
+    synthesized_template: Path,
+) -> None:
+    # Given the happy path with an expectation about a job it does not have (a typo)
+    scenario = load_scenario(SCENARIOS / "happy-path.yaml")
+    wrong = scenario.model_copy(update={"expect": [*scenario.expect, Expectation(job="resnet5O")]})
+    # When it is replayed, Then it is refused at once, naming the job and the ones it has
+    with pytest.raises(ScenarioError, match=r"expect names no job it submits: resnet5O \(its jobs: resnet50\)"):
+        replay(wrong, template=synthesized_template)
