@@ -232,6 +232,12 @@ class JobsClient:
             job, _ = store.get_job(job_id)
             return JobStatus(job=job, attempts=store.attempts(job_id))
         except NotFoundError:
+            if not JOB_ID_SHAPE.fullmatch(job_id):  # a job's name, say, rather than its id
+                raise StackError(
+                    f"no job {job_id}: a job id ends in - and 12 hex digits, as `spotrelay submit` printed it "
+                    "(`spotrelay ls` lists them)",
+                    USAGE,
+                ) from None
             raise StackError(
                 f"no job {job_id} in stack {self.stack.name}: not submitted there, or its message is still in "
                 "the queue (the dispatcher records a job when it next runs, within 5 minutes)",

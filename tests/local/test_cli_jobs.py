@@ -145,9 +145,13 @@ def test_submit_reads_the_spec_from_stdin_with_a_dash(
 
 
 def test_an_unknown_job_or_stack_is_a_one_line_error(runtime: LocalRuntime, clock: VirtualClock) -> None:
-    unknown_job = run(clock, "status", "nope-123")
+    unknown_job = run(clock, "status", "nope-0123456789ab")
     assert unknown_job.exit_code == 2
-    assert unknown_job.stderr.startswith("error: no job nope-123 in stack SpotRelay: not submitted there, or its")
+    assert unknown_job.stderr.startswith("error: no job nope-0123456789ab in stack SpotRelay: not submitted there, or")
+    # a job's name is not its id: say what an id looks like
+    by_name = run(clock, "status", "resnet50")
+    assert by_name.exit_code == 2
+    assert "a job id ends in - and 12 hex digits, as `spotrelay submit` printed it" in by_name.stderr
     unknown_stack = run(clock, "ls", "--stack", "Elsewhere")
     assert unknown_stack.exit_code == 2
     assert unknown_stack.stderr.startswith("error: cannot read stack Elsewhere in us-east-1: ")
