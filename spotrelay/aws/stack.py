@@ -61,6 +61,14 @@ LAMBDA_CONFIG = Config(read_timeout=90, retries={"total_max_attempts": 1})
 JOB_ID_SHAPE = re.compile(r"[A-Za-z0-9_-]+-[0-9a-f]{12}")
 
 
+def _check_job_id(job_id: str, hint: str = "") -> None:
+    """A StackError (the user's input) unless `job_id` has the shape `job_id_for` gives every job id."""
+    if not JOB_ID_SHAPE.fullmatch(job_id):
+        raise StackError(
+            f"no job {job_id}: a job id ends in - and 12 hex digits, as `spotrelay submit` printed it{hint}", USAGE
+        )
+
+
 class StackError(RuntimeError):
     """The stack or a job cannot be reached or read: the message says which and why, `code` is the exit
     status (USAGE or UNAVAILABLE)."""
@@ -232,12 +240,7 @@ class JobsClient:
             job, _ = store.get_job(job_id)
             return JobStatus(job=job, attempts=store.attempts(job_id))
         except NotFoundError:
-            if not JOB_ID_SHAPE.fullmatch(job_id):  # a job's name, say, rather than its id
-                raise StackError(
-                    f"no job {job_id}: a job id ends in - and 12 hex digits, as `spotrelay submit` printed it "
-                    "(`spotrelay ls` lists them)",
-                    USAGE,
-                ) from None
+            _check_job_id(job_id, " (`spotrelay ls` lists them)")  # a job's name, say, rather than its id
             raise StackError(
                 f"no job {job_id} in stack {self.stack.name}: not submitted there, or its message is still in "
                 "the queue (the dispatcher records a job when it next runs, within 5 minutes)",
@@ -315,10 +318,7 @@ class JobsClient:
         """Run the stack's cancel function on the job and return what it answered. A job with no record yet
         (its message still in the queue) is cancelled when the dispatcher reads it (`before_admission`)."""
         function = self.stack.output(CANCEL_FUNCTION)
-        if not JOB_ID_SHAPE.fullmatch(job_id):  # a typo would leave a note no message ever reads
-            raise StackError(
-                f"no job {job_id}: a job id ends in - and 12 hex digits, as `spotrelay submit` printed it", USAGE
-            )
+        _check_job_id(job_id)  # a typo would leave a note no message ever reads
         try:
             answer = self.lambda_.invoke(FunctionName=function, Payload=json.dumps({"job_id": job_id}).encode())
             payload = json.loads(answer["Payload"].read() or b"null")

@@ -71,7 +71,7 @@ class RunSpec(_Spec):
             return env
         for key, value in env.items():
             # names: at submission only (a record stored before the rule must still read back)
-            if (info.context or {}).get(SUBMISSION) and not (isinstance(key, str) and ENV_NAME.fullmatch(key)):
+            if _submitted(info) and not (isinstance(key, str) and ENV_NAME.fullmatch(key)):
                 raise SpecFieldError(
                     f"run.env.{key}", "not an environment variable name: use letters, digits and _, not first a digit"
                 )
@@ -182,6 +182,12 @@ class LimitsSpec(_Spec):
 # added later apply to new jobs only
 SUBMISSION = "submission"
 
+
+def _submitted(info: ValidationInfo) -> bool:
+    """Whether this is a spec being submitted (`parse_job_spec`), not a stored record read back."""
+    return bool((info.context or {}).get(SUBMISSION))
+
+
 # Boot, image pull and checkpoint restore after a (re)launch. The Can't Be Late paper evaluates restart
 # overheads of 3 and 12 minutes (0.05 h, 0.2 h); the default is a middle value.
 DEFAULT_RESTART_OVERHEAD_MINUTES = 6.0
@@ -249,7 +255,7 @@ class JobSpec(_Spec):
         if deadline is None:
             return self
         # At submission only (`parse_job_spec`): a record stored before this rule must still read back
-        if work is None and (info.context or {}).get(SUBMISSION):
+        if work is None and _submitted(info):
             raise SpecFieldError(
                 "limits.deadline_hours",
                 "needs work_hours (the job's run time on the reference GPU, a V100): without an estimate of the "
