@@ -7,7 +7,7 @@ Per workload and policy:
   over the omniscient bound's (a ratio of sums, over the same jobs);
 - `deadline_misses`: jobs finished after their deadline (rescued jobs included);
 - `mean_completion_hours`, `p95_completion_hours`: from submission to the end of the work (nearest
-  rank); for `omniscient`, when its (fractional) schedule ends;
+  rank); for `omniscient`, when the schedule with foresight built with the bound ends;
 - `interruptions`: spot preemptions, summed over the jobs; `lost_gpu_hours`: work done since the last
   checkpoint and lost at a preemption, in GPU-hours, summed.
 """
@@ -178,7 +178,7 @@ def print_tables(console: Console, runs: Sequence[WorkloadRun]) -> None:
             table.add_row(*_row(name, f))
         console.print(table)
         for check in check_targets(run):
-            mark = "[green]met[/green]" if check.met else "[red]NOT met[/red]"
+            mark = f"[green]{check.verdict}[/green]" if check.met else f"[red]{check.verdict.upper()}[/red]"
             console.print(f"  {mark}: {check.target} — {check.detail}", soft_wrap=True)
         console.print()
 
@@ -218,6 +218,14 @@ class TargetCheck:
     target: str
     met: bool
     detail: str
+    # False: no schedule that meets every deadline could meet it here (the omniscient bound proves it)
+    reachable: bool = True
+
+    @property
+    def verdict(self) -> str:
+        if self.met:
+            return "met"
+        return "not met" if self.reachable else "not met, out of reach of any schedule that meets every deadline"
 
 
 def _lateness(job_deadline: float, result: JobResult) -> float:
@@ -284,15 +292,19 @@ def check_targets(run: WorkloadRun) -> list[TargetCheck]:
             f"{detail}; no schedule that meets every deadline can cost as little as {p}: the omniscient lower "
             f"bound is {_ratio(bound, cost):.3f}x its cost"
         )
-    checks.append(TargetCheck("costs less than every other online policy", cheaper, f"spotrelay costs {detail}"))
-    ratio = _ratio(total, bound)
+    reachable = cheaper or not all(p in out_of_reach for p, r in ratios.items() if r >= 1)
     checks.append(
-        TargetCheck(
-            f"within {OMNISCIENT_TARGET}x of omniscient",
-            ratio <= OMNISCIENT_TARGET,
-            f"{ratio:.3f}x the omniscient lower bound",
-        )
+        TargetCheck("costs less than every other online policy", cheaper, f"spotrelay costs {detail}", reachable)
     )
+    ratio = _ratio(total, bound)
+    detail = f"{ratio:.3f}x the omniscient lower bound"
+    foresight = sum(b.schedule_cost for b in run.bounds)
+    if math.isfinite(foresight) and bound > 0:
+        detail = (
+            f"{detail}; the schedule with foresight built with the bound costs {foresight / bound - 1:.2%} more than "
+            "it, so the true optimum lies within that of the bound"
+        )
+    checks.append(TargetCheck(f"within {OMNISCIENT_TARGET}x of omniscient", ratio <= OMNISCIENT_TARGET, detail))
     return checks
 
 
