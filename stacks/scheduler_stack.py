@@ -144,6 +144,22 @@ class SchedulerStack(Stack):
         CfnOutput(self, "DispatcherFunctionName", value=functions["dispatcher"].function_name)
         CfnOutput(self, "CancelFunctionName", value=functions["cancel"].function_name)
         CfnOutput(self, "AgentLogGroupName", value=self.worker.log_group.log_group_name, description="spotrelay logs")
+        # What the dispatcher admits (spotrelay.control.admission.AdmissionLimits, its fields): submit refuses
+        # a job this stack could never run, rather than send it to be failed Unschedulable
+        CfnOutput(
+            self,
+            "AdmissionLimits",
+            value=json.dumps(
+                {
+                    "max_concurrent_jobs": config.max_concurrent_jobs,
+                    "budget_usd_per_hour": config.budget_usd_per_hour,
+                    "spot_vcpu_quotas": config.spot_vcpu_quotas,
+                    "allowed_families": list(config.allowed_gpu_families),
+                },
+                sort_keys=True,
+            ),
+            description="spotrelay submit checks jobs against these",
+        )
 
 
 def build_scheduler(app: App, config: SpotRelayConfig) -> SchedulerStack:

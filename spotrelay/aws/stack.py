@@ -26,6 +26,7 @@ from spotrelay.agent.logs import attempt_log_stream
 from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.wakeup import WAKEUP_SOURCE
+from spotrelay.control.admission import AdmissionLimits, never_admitted
 from spotrelay.control.dispatcher import job_id_for
 from spotrelay.control.lifecycle import on_demand_cost
 from spotrelay.control.ports import NotFoundError
@@ -46,6 +47,7 @@ TABLE_NAME = "TableName"
 DISPATCHER_FUNCTION = "DispatcherFunctionName"
 CANCEL_FUNCTION = "CancelFunctionName"
 AGENT_LOG_GROUP = "AgentLogGroupName"
+ADMISSION_LIMITS = "AdmissionLimits"
 
 # Exit statuses: the user's input is wrong (an unknown stack or job, a bad option; retrying will not
 # help), or AWS failed or refused (retrying may).
@@ -84,6 +86,14 @@ class DeployedStack:
     region: str
     status: str
     outputs: Mapping[str, str]
+
+    @property
+    def admission_limits(self) -> AdmissionLimits | None:
+        """What the stack's dispatcher admits; None from a stack deployed before it said (or unreadable)."""
+        try:
+            return AdmissionLimits.model_validate_json(self.outputs[ADMISSION_LIMITS])
+        except (KeyError, ValidationError):
+            return None
 
     def output(self, key: str) -> str:
         value = self.outputs.get(key)
@@ -142,6 +152,7 @@ class LogLine:
 class JobStatus:
     job: Job
     attempts: list[Attempt]
+    allowed_families: tuple[str, ...] | None = None  # the stack's GPU families (None: not known)
 
     @property
     def live_attempt(self) -> Attempt | None:
@@ -213,6 +224,10 @@ class JobsClient:
         names the job by (a message the SDK sends twice is one job); then wake the dispatcher so the job
         is admitted now rather than when the queue-depth alarm or the 5-minute schedule runs it."""
         queue_url = self.stack.output(QUEUE_URL)
+        limits = self.stack.admission_limits
+        never = None if limits is None else never_admitted(spec, limits)
+        if never is not None:
+            raise StackError(f"stack {self.stack.name} would never run job {spec.name} ({never}); not sent", USAGE)
         submission_id = str(uuid.uuid4())
         try:
             message_id = self.sqs.send_message(
@@ -238,7 +253,9 @@ class JobsClient:
         store = self.store
         try:
             job, _ = store.get_job(job_id)
-            return JobStatus(job=job, attempts=store.attempts(job_id))
+            limits = self.stack.admission_limits
+            families = None if limits is None else limits.allowed_families
+            return JobStatus(job=job, attempts=store.attempts(job_id), allowed_families=families)
         except NotFoundError:
             _check_job_id(job_id, " (`spotrelay ls` lists them)")  # a job's name, say, rather than its id
             raise StackError(

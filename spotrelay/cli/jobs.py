@@ -17,8 +17,9 @@ import typer
 from rich import box
 from rich.table import Column, Table
 
+from spotrelay.catalog import family_of
 from spotrelay.cli.console import err, fail, out, tables
-from spotrelay.models import JobSpecError, JobState, load_job_spec, parse_job_spec
+from spotrelay.models import JobSpec, JobSpecError, JobState, load_job_spec, parse_job_spec
 from spotrelay.models.job_spec import decode_document
 
 if TYPE_CHECKING:
@@ -430,12 +431,7 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     if job.state is JobState.WAITING and job.waiting_since is not None:
         patience = job.spec.limits.max_wait_hours
         until = job.waiting_since + timedelta(hours=patience)
-        then = (
-            "it goes on-demand if its spec allows (NoCapacity as long again later if on-demand is refused too), "
-            "else fails with NoCapacity"
-            if job.spec.limits.on_demand_fallback
-            else "it fails with NoCapacity (limits.on_demand_fallback is off)"
-        )
+        then = after_patience(job.spec, status.allowed_families)
         lines.append(
             f"  waiting since {job.waiting_since:%Y-%m-%d %H:%M} UTC: {job.waiting_reason or 'no pool found'}; at "
             f"{until:%Y-%m-%d %H:%M} UTC (limits.max_wait_hours {patience:g}) {then}"
@@ -443,6 +439,37 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     if job.failure_reason:
         lines.append(f"  why: {job.failure_reason}")
     return lines
+
+
+def after_patience(spec: JobSpec, allowed_families: tuple[str, ...] | None) -> str:
+    """What Place does with a waiting job once its `max_wait_hours` are spent (spotrelay.control.lifecycle:
+    on-demand if the market choice may pick it and an on-demand type passes the job's cap; else
+    NoCapacity). `allowed_families`: the stack's (None: not known, every family)."""
+    limits = spec.limits
+    if not limits.on_demand_fallback:
+        return "it fails with NoCapacity (limits.on_demand_fallback is off)"
+    if limits.deadline_hours is None or spec.work_hours is None:
+        return "it fails with NoCapacity (on-demand is the fallback of jobs with limits.deadline_hours and work_hours)"
+    priced = [
+        (price, t.name)
+        for t in spec.resources.fitting_types()
+        if (price := t.on_demand_usd_per_hour) is not None
+        and (allowed_families is None or family_of(t.name) in allowed_families)
+    ]
+    if not priced:
+        return "it fails with NoCapacity (no on-demand type fits the job)"
+    price, name = min(priced)
+    cap = limits.max_price_per_hour
+    if cap is not None and price > cap:
+        return (
+            f"it fails with NoCapacity: no on-demand type that fits is within limits.max_price_per_hour ${cap:g} "
+            f"(the cheapest, {name}, is ${price:.3f}/h)"
+        )
+    budget = " while limits.max_total_cost allows" if limits.max_total_cost is not None else ""
+    return (
+        f"it goes on-demand ({name} at ${price:.3f}/h, the cheapest that fits){budget}; NoCapacity as long "
+        "again later if on-demand is refused too"
+    )
 
 
 def attempts_table(status: JobStatus) -> Table:

@@ -103,22 +103,12 @@ def admit(queued: Sequence[Job], active: Sequence[Job], limits: AdmissionLimits)
     held: list[Held] = []
     impossible: list[Held] = []
     for job in sorted(queued, key=admission_order):
-        demand = demand_of(job.spec, limits)
-        if demand is None:
-            impossible.append(
-                Held(
-                    job=job,
-                    reason=(
-                        "no instance type of the allowed GPU families "
-                        f"({', '.join(limits.allowed_families)}) fits resources"
-                    ),
-                )
-            )
-            continue
-        never = _never_fits(demand, limits)
+        never = never_admitted(job.spec, limits)
         if never is not None:
             impossible.append(Held(job=job, reason=never))
             continue
+        demand = demand_of(job.spec, limits)
+        assert demand is not None  # never_admitted says why when there is none
         reason = _no_room(demand, running, spend, used_vcpus, limits)
         if reason is not None:
             held.append(Held(job=job, reason=reason))
@@ -129,6 +119,16 @@ def admit(queued: Sequence[Job], active: Sequence[Job], limits: AdmissionLimits)
         if demand.quota_group is not None:
             used_vcpus[demand.quota_group] = used_vcpus.get(demand.quota_group, 0) + demand.vcpus
     return AdmissionPlan(admitted=tuple(admitted), held=tuple(held), impossible=tuple(impossible))
+
+
+def never_admitted(spec: JobSpec, limits: AdmissionLimits) -> str | None:
+    """Why no room these limits could ever make admits the job (no type of an allowed family fits it, or
+    it is bigger than the whole budget or quota), or None. The dispatcher fails such a job
+    (Unschedulable); `spotrelay submit` refuses it before sending."""
+    demand = demand_of(spec, limits)
+    if demand is None:
+        return f"no instance type of the allowed GPU families ({', '.join(limits.allowed_families)}) fits resources"
+    return _never_fits(demand, limits)
 
 
 def _never_fits(demand: Demand, limits: AdmissionLimits) -> str | None:

@@ -11,7 +11,8 @@ import pytest
 
 from infrastructure import REPO_ROOT
 from infrastructure.synth import Synthesized, render
-from spotrelay.config import ENV_STATE_MACHINE_ARN, ENV_SUBNETS, SETTINGS_BY_FUNCTION
+from spotrelay.config import ENV_STATE_MACHINE_ARN, ENV_SUBNETS, SETTINGS_BY_FUNCTION, DispatcherSettings
+from spotrelay.control.admission import AdmissionLimits
 from stacks.config import DEFAULT_POWERTOOLS_LAYER_ARN
 from stacks.functions_construct import FUNCTION_NAMES, POWERTOOLS_KEYS
 
@@ -85,6 +86,18 @@ def test_subnets_are_json_by_zone_and_the_state_machine_arn_is_the_lifecycles(sy
     dispatcher = render(_functions(synthesized)["dispatcher"]["Environment"]["Variables"])
     assert dispatcher[ENV_STATE_MACHINE_ARN] == (
         f"arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:stateMachine:{state_machine['StateMachineName']}"
+    )
+
+
+def test_the_admission_limits_output_is_what_the_dispatcher_admits_by(synthesized: Synthesized) -> None:
+    # What `spotrelay submit` checks a job against, and the dispatcher's own settings: the same limits
+    settings = DispatcherSettings.from_env(render(_functions(synthesized)["dispatcher"]["Environment"]["Variables"]))
+    output = synthesized.json["Outputs"]["AdmissionLimits"]["Value"]
+    assert AdmissionLimits.model_validate_json(output) == AdmissionLimits(
+        max_concurrent_jobs=settings.max_concurrent_jobs,
+        budget_usd_per_hour=settings.budget_usd_per_hour,
+        spot_vcpu_quotas=settings.spot_vcpu_quotas,
+        allowed_families=settings.allowed_families,
     )
 
 

@@ -105,6 +105,40 @@ def test_submit_sends_the_spec_the_dispatcher_reads_back_under_its_own_submissio
     assert submitted.wake_error == "AccessDeniedException: not allowed"
 
 
+def test_submit_refuses_a_job_the_stack_could_never_run_and_sends_nothing() -> None:
+    # Given a stack that may launch only g5 and g6 instances, within $10/h for every job together
+    limits = {
+        "max_concurrent_jobs": 4,
+        "budget_usd_per_hour": 10,
+        "spot_vcpu_quotas": {},
+        "allowed_families": ["g5", "g6"],
+    }
+    stack = deployed_stack(CloudFormation(OUTPUTS | {"AdmissionLimits": json.dumps(limits)}), "SpotRelay")
+    v100 = SPEC.model_copy(update={"resources": SPEC.resources.model_copy(update={"gpu_models": ("V100",)})})
+    eight = SPEC.model_copy(update={"resources": SPEC.resources.model_copy(update={"gpus": 8})})
+
+    for spec, why in (
+        (v100, "no instance type of the allowed GPU families (g5, g6) fits resources"),
+        (eight, "more than the whole budget of $10/h"),
+    ):
+        # When a job only a p3 could run, or one whose cheapest instance costs more than the budget, is submitted
+        queue = Queue()
+        with pytest.raises(StackError) as raised:
+            client(stack, sqs=queue).submit(spec)
+
+        # Then it is refused with the dispatcher's own reason (the user's to fix: exit 2), and nothing is sent
+        assert str(raised.value).startswith("stack SpotRelay would never run job train (")
+        assert why in str(raised.value)
+        assert str(raised.value).endswith("; not sent")
+        assert raised.value.code == USAGE
+        assert queue.sent == []
+
+    # while a job a g5 can run is sent
+    queue = Queue()
+    client(stack, sqs=queue, lambda_=RefusingLambda()).submit(SPEC)
+    assert len(queue.sent) == 1
+
+
 def test_a_record_written_by_another_version_is_a_one_line_error_naming_the_field() -> None:
     stack = deployed_stack(CloudFormation(OUTPUTS), "SpotRelay")
     with pytest.raises(StackError) as raised:
@@ -316,12 +350,44 @@ def test_status_of_a_live_job_says_why_it_left_its_last_attempt() -> None:
     assert not any(line.startswith("  last recovery") for line in describe_status(JobStatus(ended, []), now))
 
 
-@pytest.mark.parametrize("fallback", [True, False])
-def test_status_of_a_waiting_job_says_what_happens_when_its_patience_runs_out(fallback: bool) -> None:
+@pytest.mark.parametrize(
+    ("update", "families", "then"),
+    [
+        ({"on_demand_fallback": False}, None, "it fails with NoCapacity (limits.on_demand_fallback is off)"),
+        (
+            {"deadline_hours": None},
+            None,
+            "it fails with NoCapacity (on-demand is the fallback of jobs with limits.deadline_hours and work_hours)",
+        ),
+        (
+            {"max_price_per_hour": 0.5},
+            None,
+            "it fails with NoCapacity: no on-demand type that fits is within limits.max_price_per_hour $0.5 (the "
+            "cheapest, g4dn.xlarge, is $0.526/h)",
+        ),
+        (
+            {},
+            None,
+            "it goes on-demand (g4dn.xlarge at $0.526/h, the cheapest that fits); NoCapacity as long again later "
+            "if on-demand is refused too",
+        ),
+        (
+            {"max_total_cost": 100},
+            ("g5", "g6"),
+            "it goes on-demand (g6.xlarge at $0.805/h, the cheapest that fits) while limits.max_total_cost allows; "
+            "NoCapacity as long again later if on-demand is refused too",
+        ),
+    ],
+)
+def test_status_of_a_waiting_job_says_what_happens_when_its_patience_runs_out(
+    update: dict[str, Any], families: tuple[str, ...] | None, then: str
+) -> None:
     from spotrelay.cli.jobs import describe_status
 
+    # Given a waiting job with a deadline (or not), a price cap, and the stack's GPU families (or not known)
     now = datetime(2026, 11, 30, 13, tzinfo=UTC)
-    spec = SPEC.model_copy(update={"limits": SPEC.limits.model_copy(update={"on_demand_fallback": fallback})})
+    limits = SPEC.limits.model_copy(update={"deadline_hours": 30.0, **update})
+    spec = SPEC.model_copy(update={"limits": limits, "work_hours": 10.0})
     job = Job(
         job_id="train-0123456789ab",
         spec=spec,
@@ -331,12 +397,10 @@ def test_status_of_a_waiting_job_says_what_happens_when_its_patience_runs_out(fa
         waiting_since=now - timedelta(hours=1),
         waiting_reason="no pool can take the job now: 3 price-cap (...)",
     )
-    [line] = [line for line in describe_status(JobStatus(job, []), now) if line.startswith("  waiting since")]
+
+    # When its status is described
+    [line] = [line for line in describe_status(JobStatus(job, [], families), now) if line.startswith("  waiting since")]
+
+    # Then it says when its patience runs out and what Place will do then
     assert "at 2026-12-01 12:00 UTC (limits.max_wait_hours 24)" in line
-    if fallback:
-        assert line.endswith(
-            "it goes on-demand if its spec allows (NoCapacity as long again later if on-demand is "
-            "refused too), else fails with NoCapacity"
-        )
-    else:
-        assert line.endswith("it fails with NoCapacity (limits.on_demand_fallback is off)")
+    assert line.endswith(then)
