@@ -211,7 +211,9 @@ class JobsClient:
         except ValueError as e:  # botocore's answer to an endpoint URL it cannot use
             raise StackError(f"--endpoint-url {endpoint_url}: {e}", USAGE) from None
         except NoRegionError as e:  # this machine's AWS configuration, not AWS
-            raise StackError(f"cannot reach stack {stack_name}: {e} (give --region, or AWS_REGION)", USAGE) from None
+            raise StackError(
+                f"cannot reach stack {stack_name}: {e} (give --region, or set AWS_REGION)", USAGE
+            ) from None
         except BotoCoreError as e:  # no region, no credentials, an endpoint that does not answer
             raise StackError(f"cannot reach stack {stack_name}: {e}") from None
 

@@ -39,7 +39,11 @@ JobIdArgument = Annotated[str, typer.Argument(metavar="JOB_ID", help="what `spot
 StackOption = Annotated[
     str, typer.Option("--stack", envvar="SPOTRELAY_STACK", help="the CloudFormation stack `cdk deploy` made")
 ]
-RegionOption = Annotated[str | None, typer.Option("--region", help="default: the AWS configuration's")]
+# botocore reads AWS_DEFAULT_REGION and the config file, not AWS_REGION (the other SDKs' and Lambda's name)
+RegionOption = Annotated[
+    str | None,
+    typer.Option("--region", envvar="AWS_REGION", help="default: AWS_REGION, else the AWS configuration's"),
+]
 EndpointOption = Annotated[
     str | None,
     typer.Option(

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from botocore.exceptions import ClientError
+from typer.testing import CliRunner
 
 from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
 from spotrelay.aws.stack import USAGE, DeployedStack, JobsClient, JobStatus, StackError, deployed_stack
+from spotrelay.cli import app
 from spotrelay.control.dispatcher import job_id_for
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, Pool, parse_job_spec
 
@@ -292,7 +294,12 @@ def test_no_region_or_no_credentials_is_the_users_to_fix(monkeypatch: pytest.Mon
     with pytest.raises(StackError) as raised:
         JobsClient.connect("SpotRelay")
     assert raised.value.code == USAGE
-    assert str(raised.value).endswith("(give --region, or AWS_REGION)")
+    assert str(raised.value).endswith("(give --region, or set AWS_REGION)")
+    # and AWS_REGION, as the hint says, gives the commands their region (botocore itself reads only
+    # AWS_DEFAULT_REGION): what is missing then is credentials, in that region
+    result = CliRunner().invoke(app, ["status", "train-0123456789ab"], env={"AWS_REGION": "eu-west-3"})
+    assert result.exit_code == USAGE
+    assert "cannot read stack SpotRelay in eu-west-3: Unable to locate credentials" in result.stderr
     # And with a region but no credentials: the same, saying how to give them
     with pytest.raises(StackError) as raised:
         JobsClient.connect("SpotRelay", region="us-east-1")
