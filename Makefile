@@ -69,10 +69,11 @@ bench-replay: $(STAMP) node_modules $(TEMPLATE)
 bench-agent: $(STAMP)
 	$(BIN)/python -m spotrelay.agent.bench
 
-## bench: the cost benchmark on the shared spot traces (../shared/data): all policies -> BENCHMARKS.md
+## bench: the cost benchmark on the shared spot traces (DATA, ../shared/data by default): all policies -> BENCHMARKS.md
+DATA ?= ../shared/data
 .PHONY: bench
 bench: $(STAMP)
-	$(BIN)/python -m spotrelay.bench.suite --data ../shared/data --out BENCHMARKS.md
+	$(BIN)/python -m spotrelay.bench.suite --data $(DATA) --out BENCHMARKS.md
 
 ## lock: re-resolve requirements.lock from pyproject.toml (needs network to PyPI)
 lock:

@@ -73,6 +73,8 @@ from spotrelay.policy import (
 
 # Sums of hours carry floating-point rounding; far below WAKE_EPSILON_HOURS.
 THRESHOLD_ROUNDING_HOURS = 1e-9
+# Why the on-demand policy gives a job up at once (the replay rescues it on on-demand above the cap)
+NO_ON_DEMAND_WITHIN_CAP = "no on-demand type within the price cap"
 
 
 def _first(*times: float | None) -> float | None:
@@ -133,7 +135,7 @@ class OnDemand:
 
     def decide(self, status: JobStatus) -> Decision:
         if self.ctx.on_demand is None:
-            return Decision(pool=None, give_up="no on-demand type within the price cap")
+            return Decision(pool=None, give_up=NO_ON_DEMAND_WITHIN_CAP)
         return Decision(pool=self.ctx.on_demand.pool)
 
     def on_preempted(self, status: JobStatus, pool: Pool, ran_hours: float) -> None:

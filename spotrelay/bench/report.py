@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spotrelay.bench.omniscient import Bound
-from spotrelay.bench.policies import OMNISCIENT
+from spotrelay.bench.policies import NO_ON_DEMAND_WITHIN_CAP, OMNISCIENT
 from spotrelay.bench.runner import REFERENCE_POLICY, WorkloadRun
 from spotrelay.bench.sim import JobResult
 
@@ -323,18 +324,29 @@ def miss_notes(run: WorkloadRun) -> list[str]:
         missed = [(j, r) for j, r in zip(jobs, run.results[name], strict=True) if not r.deadline_met]
         if not missed:
             continue
-        rescued = sum(r.rescued is not None for _, r in missed)
+        rescued = Counter(_rescue_kind(r.rescued) for _, r in missed if r.rescued is not None)
         periodic = sum(not j.checkpoint_on_notice for j, _ in missed)
         overheads = sorted({j.restart_overhead_hours for j, _ in missed})
         worst = max(_lateness(j.deadline_hours, r) for j, r in missed)
         parts = [f"{len(missed)} late (latest by {_describe_hours(worst)})"]
         if rescued:
-            parts.append(f"{rescued} rescued after giving up or idling past the deadline")
+            kinds = ", ".join(f"{n} {kind}" for kind, n in rescued.most_common())
+            parts.append(f"{rescued.total()} rescued, finished on on-demand ({kinds})")
         if periodic:
             parts.append(f"{periodic} of them checkpoint only periodically")
         parts.append("restart overhead " + "/".join(f"{d:g}" for d in overheads) + " h")
         notes.append(f"`{name}`: " + "; ".join(parts))
     return notes
+
+
+def _rescue_kind(reason: str) -> str:
+    """Why a policy's job was rescued, without the per-job figures ("TooManyInterruptions: 21 ..." ->
+    "given up: TooManyInterruptions")."""
+    if reason.startswith("idle "):
+        return reason
+    if reason == NO_ON_DEMAND_WITHIN_CAP:
+        return f"{reason}: on on-demand above it"
+    return f"given up: {reason.split(':', 1)[0]}"
 
 
 def on_demand_share(results: Sequence[JobResult]) -> float:

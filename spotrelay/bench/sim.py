@@ -178,10 +178,12 @@ class JobContext:
         return self._by_pool[pool]
 
     def can_launch(self, pool: Pool, t: float) -> bool:
-        """A launch in `pool` at `t` succeeds: on-demand always; spot when the pool has capacity and its
-        price is not above the job's cap."""
+        """A launch in `pool` at `t` succeeds: on-demand when its price is within the job's cap; spot when
+        the pool has capacity and its price is not above the cap. (The rescue alone may break the cap.)"""
         if pool.market is Market.ON_DEMAND:
-            return True
+            price = self.job.on_demand_prices.get(pool.instance_type)
+            cap = self.job.max_price
+            return price is not None and (cap is None or price <= cap)
         found = self._by_pool.get(pool)
         return found is not None and found.timeline.available(t, self.job.max_price)
 
@@ -349,7 +351,7 @@ class _Replay:
 
     def start(self, pool: Pool, t: float, *, rescue: bool = False) -> _Attempt:
         ctx, st = self.ctx, self.status
-        if not ctx.can_launch(pool, t):
+        if not rescue and not ctx.can_launch(pool, t):
             raise RuntimeError(f"{ctx.job.name}: the policy launched in {pool} at {t:.4f} h, where no launch succeeds")
         d = ctx.job.restart_overhead_hours
         interrupt_at = None
@@ -513,7 +515,9 @@ def _result(replay: _Replay, end: float) -> JobResult:
         group=job.group,
         cost=st.cost,
         completion_hours=completion,
-        deadline_met=completion <= job.deadline_hours + 1e-9,
+        # A rescued job missed its deadline however soon it ends: the job failed, and its user resubmitted
+        # it without one (the module docstring); otherwise giving up early could look like meeting it.
+        deadline_met=replay.rescued is None and completion <= job.deadline_hours + 1e-9,
         interruptions=st.interruptions,
         lost_gpu_hours=replay.lost_gpu_hours,
         rescued=replay.rescued,

@@ -173,6 +173,7 @@ def write_markdown(
     equivalent: str,
     wall_seconds: float,
     seeds: Sequence[tuple[int, WorkloadRun]] = (),
+    data: Path = Path("../shared/data"),
 ) -> None:
     m = machine()
     lines = [
@@ -186,7 +187,7 @@ def write_markdown(
         f"- Machine: {m['nproc']} CPUs (`nproc`), {m['cpu']}, Python {m['python']}, {m['platform']}",
         f"- Date: {m['date']}; wall time of the whole run: {wall_seconds:.1f} s",
         "",
-        "Data (read from ../shared/data, not copied): the Can't Be Late availability traces (Wu et al., NSDI'24, "
+        f"Data (read from {data}, not copied): the Can't Be Late availability traces (Wu et al., NSDI'24, "
         "skypilot-org/spot-traces, no license file: cite the paper), the training-on-a-dime p3 spot price history "
         "(stanford-futuredata/training_on_a_dime, MIT), and the catalog's on-demand prices.",
         "",
@@ -413,7 +414,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     data = Path(args.data)
     traces = [data / d for d in TRACE_DIRS]
     prices = data / PRICE_HISTORY
-    result = run_suite(traces, prices=prices, policies=STANDARD_POLICIES, seed=args.seed, progress=True)
+    missing = [str(p) for p in (*traces, prices) if not p.exists()]
+    if missing:
+        # One line, as every command's error (`make bench DATA=...` passes --data)
+        sys.stderr.write(
+            f"error: --data {data}: not the shared data directory (no {missing[0]}); give it with "
+            "--data DIR (make bench DATA=DIR)\n"
+        )
+        raise SystemExit(2)
+    try:
+        result = run_suite(traces, prices=prices, policies=STANDARD_POLICIES, seed=args.seed, progress=True)
+    except WorkloadError as e:
+        sys.stderr.write(f"error: {e}\n")
+        raise SystemExit(2) from None
     seeds = [s for s in OTHER_FLEET_SEEDS if s != args.seed]
     seed_runs = list(zip(seeds, other_seeds(result.inputs, seeds), strict=True)) if seeds else []
     console = Console(highlight=False)
@@ -439,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             str(args.seed),
         ]
     )
-    write_markdown(Path(args.out), result, argv_shown, equivalent, wall, seed_runs)
+    write_markdown(Path(args.out), result, argv_shown, equivalent, wall, seed_runs, data)
     console.print(f"wrote {args.out} ({wall:.1f} s)")
 
 

@@ -144,10 +144,12 @@ def test_the_bound_charges_a_restart_for_every_availability_interval_it_uses() -
     assert result.cost == pytest.approx(lower)
 
 
-@pytest.mark.parametrize("overhead", [0.4, 0.5])
-def test_the_bound_stays_below_a_rescue_on_demand_run_above_the_price_cap(overhead: float) -> None:
+@pytest.mark.parametrize(("overhead", "within"), [(0.4, True), (0.5, False)])
+def test_a_rescue_on_demand_above_the_price_cap_is_late_and_bounded_only_when_no_schedule_meets_the_deadline(
+    overhead: float, within: bool
+) -> None:
     # Given half-hour spot flaps no longer than ~the restart overhead, and a price cap below on-demand (so a
-    # job may only finish on on-demand by the replay's rescue, which ignores the cap)
+    # job may only run on on-demand by the replay's rescue, which ignores the cap)
     builder = MarketBuilder(START)
     trace = parse_availability_trace(trace_json([1, 0] * 60, gap_seconds=1800), "us-east-1a", "v100_1")
     builder.add_trace(trace, PAPER_INSTANCE_TYPE, spot_price_usd_per_hour=SPOT)
@@ -158,13 +160,22 @@ def test_the_bound_stays_below_a_rescue_on_demand_run_above_the_price_cap(overhe
 
     # When the on-demand policy (given up at once, rescued on on-demand) replays it, and the bound is computed
     rescued = replay("on-demand", job, market)
-    lower = bound(job, market)
+    result = omniscient_bound(JobContext(job, MarketView(market)))
 
-    # Then the rescued run met the deadline, and the bound is finite and no higher than what it paid
-    assert rescued.deadline_met
-    assert rescued.rescued is not None
-    assert math.isfinite(lower)
-    assert lower <= rescued.cost
+    # Then the rescued run ended in time, though it counts as late (the job was given up)
+    assert rescued.completion_hours <= job.deadline_hours
+    assert not rescued.deadline_met
+    assert rescued.rescued == "no on-demand type within the price cap"
+    assert result.within_deadline is within
+    if within:
+        # With 0.1 h of progress in each half-hour of spot, 30 of them meet the deadline: the bound is that
+        # spot-only schedule, dearer than the (late) rescue
+        assert result.cost == pytest.approx(SPOT * 0.5 * 30)
+        assert result.cost > rescued.cost
+    else:
+        # No schedule meets it: the bound is on the cheapest at all, the rescue's on-demand included
+        assert math.isfinite(result.cost)
+        assert result.cost <= rescued.cost
 
 
 @pytest.mark.parametrize("policy", DEADLINE_AWARE)
@@ -576,6 +587,23 @@ def test_with_gpus_of_different_speeds_the_bound_stays_below_every_schedule_that
     for name, result in results.items():
         if result.deadline_met:
             assert bound.cost <= result.cost * (1 + 1e-9), name
+
+
+def test_a_deadline_that_leaves_exactly_one_restart_is_met_by_the_bounds_schedule() -> None:
+    # Given spot all along and a job submitted at 1.5 h whose deadline is its work plus one restart: the
+    # segments' lengths add up to the work only to a rounding error
+    market = market_of({"us-east-1a": [1] * 30})
+    job = bench_job(["us-east-1a"], work=6.4, deadline=6.7, overhead=0.3, submit=1.5)
+    view = MarketView(market)
+
+    # When the bound is computed
+    bound = omniscient_bound(JobContext(job, view))
+
+    # Then it is the one spot run from submission to the deadline, which its schedule is, and which meets it
+    assert bound.within_deadline
+    assert bound.cost == pytest.approx(SPOT * 6.7)
+    assert bound.schedule_cost == pytest.approx(SPOT * 6.7)
+    assert replay_schedule(job, view, bound).deadline_met
 
 
 def test_the_bound_counts_the_time_restarts_take() -> None:
