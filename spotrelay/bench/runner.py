@@ -106,7 +106,8 @@ def run_workloads(
         disable=not progress,
         transient=False,
     ) as bar:
-        task = bar.add_task(f"replaying {total} jobs x {len(run_names)} policies", total=total)
+        bound = " and the omniscient bound" if OMNISCIENT in policies else ""
+        task = bar.add_task(f"replaying {total} jobs x {len(run_names)} policies{bound}", total=total)
 
         def done(index: int, start: int, results: dict[str, list[JobResult]], bounds: list[Bound]) -> None:
             collected[(index, start)] = (results, bounds)

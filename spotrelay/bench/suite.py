@@ -342,7 +342,8 @@ ABOUT = """## How to read this
   change points, where every restart takes d and is paid in full), and at least one whole restart on top
   of the schedule without overheads; proof in spotrelay/bench/omniscient.py. The programme's own schedule,
   cut to the job's work, is a schedule with foresight that meets the deadline: the true optimum lies between
-  the two, and the targets' lines give the distance. It bounds deadline-meeting schedules only: a policy
+  the two, and the targets' lines give the distance. The omniscient row's completion times are that
+  schedule's. It bounds deadline-meeting schedules only: a policy
   that misses deadlines (skypilot-eager) can cost less.
 - Policies (spotrelay/bench/policies.py): `on-demand` the cheapest on-demand pool; `greedy` spot when
   available, else wait, on-demand for good once the slack is under d (a spot restart only with 2d of

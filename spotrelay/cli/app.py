@@ -333,7 +333,10 @@ def bench_command(
         typer.Option(
             "--prices",
             metavar="FILE",
-            help="spot price history (training-on-a-dime CSV) or PRICES.csv; default: on-demand x Advisor savings",
+            help=(
+                "spot price history (training-on-a-dime CSV) or PRICES.csv; default: on-demand x the --advisor "
+                "savings, else x 0.97/3.06 (the Can't Be Late paper's ratio)"
+            ),
         ),
     ] = None,
     workload: Annotated[
@@ -345,7 +348,10 @@ def bench_command(
         typer.Option(
             "--policies",
             metavar="a,b,...",
-            help="policies to compare (also: the what-if variant spotrelay-no-migrate)",
+            help=(
+                "policies to compare; also the what-if variants spotrelay-no-migrate and spotrelay-sees-capacity "
+                "(on-demand always runs: the reference of the cost ratios)"
+            ),
         ),
     ] = "on-demand,greedy,uniform-progress,skypilot-eager,spotrelay,omniscient",
     seed: Annotated[int, typer.Option("--seed", help="seed of the fleet workload's generator")] = 1,
@@ -369,6 +375,8 @@ def bench_command(
     from spotrelay.bench.suite import parse_policies, run_suite
     from spotrelay.bench.workloads import WorkloadError
 
+    if plot is not None and not plot.parent.is_dir():  # before the replay, not after it
+        fail(f"--plot {plot}: no directory {plot.parent}")
     try:
         chosen = parse_policies(policies)
         result = run_suite(

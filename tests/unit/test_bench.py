@@ -24,7 +24,7 @@ import spotrelay.policy.placement
 import spotrelay.policy.recovery
 from spotrelay.bench.omniscient import Bound, omniscient_bound
 from spotrelay.bench.policies import ALL_POLICIES, Spotrelay
-from spotrelay.bench.report import FIGURE_KEYS, check_targets
+from spotrelay.bench.report import FIGURE_KEYS, check_targets, miss_notes
 from spotrelay.bench.runner import WorkloadRun, run_workloads
 from spotrelay.bench.sim import BenchJob, Decision, JobContext, JobResult, JobStatus, MarketView, simulate
 from spotrelay.bench.workloads import (
@@ -748,6 +748,25 @@ def test_an_unknown_policy_is_one_line_on_stderr(trace_dir: Path) -> None:
     assert "known:" in result.stderr
 
 
+def test_a_plot_into_a_missing_directory_is_refused_before_the_replay(trace_dir: Path, tmp_path: Path) -> None:
+    result = bench("--traces", trace_dir, "--plot", tmp_path / "nowhere" / "x.png")
+
+    assert result.exit_code == 2
+    assert (
+        result.stderr.strip() == f"error: --plot {tmp_path / 'nowhere' / 'x.png'}: no directory {tmp_path / 'nowhere'}"
+    )
+    assert "replaying" not in result.stderr
+
+
+def test_the_cheaper_target_says_which_policies_it_was_not_compared_with(trace_dir: Path) -> None:
+    result = bench("--traces", trace_dir, "--policies", "spotrelay,omniscient")
+
+    assert result.exit_code == 0
+    assert "not compared with greedy, uniform-progress, skypilot-eager, which were not run" in " ".join(
+        result.stdout.split()
+    )
+
+
 def test_the_table_names_every_policy_and_the_targets(trace_dir: Path) -> None:
     result = bench("--traces", trace_dir, "--workload", "cant-be-late-multi", "--processes", "1")
 
@@ -781,6 +800,35 @@ def test_the_targets_say_when_no_deadline_meeting_schedule_can_cost_as_little_as
     ratio = run.bounds[0].cost / run.results["skypilot-eager"][0].cost
     assert ratio > 1
     assert f"the omniscient lower bound is {ratio:.3f}x its cost" in cheaper.detail
+
+
+def test_a_job_given_up_and_rescued_before_its_deadline_counts_as_late_and_the_targets_say_why() -> None:
+    # Given spot that flaps every hour, and a job that allows one interruption (max_interruptions: 1)
+    market = market_of({"us-east-1a": [1, 0] * 40})
+    job = bench_job(["us-east-1a"], work=5, deadline=40, overhead=0.1)
+    limits = job.spec.limits.model_copy(update={"max_interruptions": 1})
+    job = dataclasses.replace(job, spec=job.spec.model_copy(update={"limits": limits}))
+    workload = Workload(name="flaps", description="", market=market, jobs=(job,))
+
+    # When spotrelay replays it: its second interruption fails the job, the replay rescues it on on-demand
+    [run] = run_workloads([workload], ["spotrelay", "omniscient"], processes=1, progress=False)
+    [result] = run.results["spotrelay"]
+
+    # Then it ends well before the deadline but counts as late, and the targets and notes say it was given up
+    assert result.rescued is not None
+    assert result.rescued.startswith("TooManyInterruptions")
+    assert result.completion_hours < job.deadline_hours
+    assert not result.deadline_met
+    checks = {c.target: c for c in check_targets(run)}
+    kept = checks["meets every deadline the on-demand policy meets"]
+    assert not kept.met
+    assert kept.detail == (
+        "1 of 1 jobs missed a deadline on-demand met (1 given up and rescued on on-demand before the deadline)"
+    )
+    assert miss_notes(run) == [
+        "`spotrelay`: 1 late; 1 rescued, finished on on-demand (1 given up: TooManyInterruptions); "
+        "restart overhead 0.1 h"
+    ]
 
 
 @pytest.mark.parametrize(("bound", "reachable"), [(9.0, False), (7.0, True)])
