@@ -244,22 +244,28 @@ def _scatter(canvas: Canvas, run: WorkloadRun, x0: int, y0: int, width: int, hei
         k += xs
     canvas.line(left, bottom, right, bottom, AXIS)
     canvas.line(left, top, left, bottom, AXIS)
-    placed: list[float] = []
+    placed: list[tuple[float, float, float]] = []  # the labels drawn: (left, right, top)
     for name, f in sorted(figs.items(), key=lambda item: -item[1].cost_vs_on_demand):
         if not f.jobs or not math.isfinite(f.cost_vs_on_demand):
             continue
         color = POLICY_COLORS.get(name, BLACK)
         x, y = px(100 * f.deadline_misses / f.jobs), py(f.cost_vs_on_demand)
         canvas.rect(x - 4, y - 4, x + 5, y + 5, color)
+        label = f"{name} {f.cost_vs_on_demand:.2f}"
+        text_w = Canvas.text_width(label)
+        lx = x + 8 if x + 8 + text_w < right else x - 8 - text_w
         label_y = y - 7
+        # Next to its point, or the nearest free row above or below it (labels that share a row only clash
+        # if they overlap sideways), joined to the point by a line
         for shift in (0, 15, -15, 30, -30, 45, -45, 60, -60, 75, -75):
             candidate = min(max(y - 7 + shift, top), bottom - 16)
-            if not any(abs(candidate - other) < 15 for other in placed):
+            if not any(abs(candidate - t) < 15 and lx < r and a < lx + text_w for a, r, t in placed):
                 label_y = candidate
                 break
-        placed.append(label_y)
-        label = f"{name} {f.cost_vs_on_demand:.2f}"
-        lx = x + 8 if x + 8 + Canvas.text_width(label) < right else x - 8 - Canvas.text_width(label)
+        placed.append((lx, lx + text_w, label_y))
+        if abs(label_y - (y - 7)) > 1:
+            edge = lx if lx > x else lx + text_w
+            canvas.line(x, y, edge, label_y + 7, color)
         canvas.text(lx, label_y, label, color, 2)
 
 
@@ -339,8 +345,9 @@ def _timeline(canvas: Canvas, run: WorkloadRun, x0: int, y0: int, width: int) ->
     y += 38
     # Legend.
     lx = x0
+    several_types = len({pool.instance_type for pool in shown}) > 1
     for pool in shown:
-        label = pool.availability_zone
+        label = f"{pool.availability_zone} {pool.instance_type}" if several_types else pool.availability_zone
         canvas.rect(lx, y, lx + 12, y + 12, colors[pool])
         canvas.text(lx + 16, y + 2, label, BLACK, 1)
         lx += 16 + Canvas.text_width(label, 1) + 14
