@@ -33,10 +33,12 @@ Workloads:
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import math
 import random
 import re
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,7 +48,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from spotrelay.bench.sim import BenchJob
-from spotrelay.catalog import INSTANCE_TYPES, family_of
+from spotrelay.catalog import INSTANCE_TYPES, family_of, relative_speed
 from spotrelay.market import (
     AvailabilityTrace,
     MarketBuilder,
@@ -60,7 +62,7 @@ from spotrelay.market import (
     parse_duration,
 )
 from spotrelay.models import JobSpec, JobSpecError, PriceQuote, RecoveryStrategyName, parse_job_spec
-from spotrelay.models.job_spec import DEFAULT_RESTART_OVERHEAD_MINUTES, decode_document
+from spotrelay.models.job_spec import DEFAULT_RESTART_OVERHEAD_MINUTES, SpecFieldError, decode_document
 
 # The Can't Be Late paper's setting (NSDI'24, §6): p3.2xlarge, 48 h of work, two deadlines, two
 # restart overheads, its spot and on-demand prices.
@@ -312,6 +314,39 @@ def build_market(
     return builder.build(), notes
 
 
+@dataclass(frozen=True, slots=True)
+class Span:
+    """How long the inputs of a market reach from its start, and which input ends first."""
+
+    hours: float
+    limited_by: str  # e.g. "the trace DIR/us-west-2a_v100_1.json", "the prices in FILE (timestamps ...)"
+    inputs: str  # what spans it: "traces", or "traces and prices"
+
+    def __str__(self) -> str:
+        return f"the {self.inputs} span {self.hours:.1f} h, limited by {self.limited_by}"
+
+
+def market_span(pools: Iterable[TracedPool], prices: PriceTable | None) -> Span:
+    """The span every trace of `pools` covers, and `prices` (the price file the market's prices come from,
+    if any; its timestamps' span, as `PriceTable.horizon_hours`) too."""
+    pools = list(pools)
+    shortest = min(pools, key=lambda p: p.trace.duration_hours)
+    span = Span(
+        shortest.trace.duration_hours,
+        f"the trace {shortest.trace.source or shortest.zone}",
+        "traces" if prices is None else "traces and prices",
+    )
+    if prices is None or prices.horizon_hours() >= span.hours:
+        return span
+    stamps = [q.timestamp for q in prices.quotes if q.timestamp is not None]
+    first, last = min(stamps), max(stamps)
+    return Span(
+        prices.horizon_hours(),
+        f"the prices in {prices.source} (its timestamps run from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC)",
+        span.inputs,
+    )
+
+
 # ------------------------------------------------------------------------------------------- jobs
 
 
@@ -437,10 +472,8 @@ def fleet(inputs: BenchInputs, *, seed: int = 1, count: int = FLEET_JOBS) -> Wor
     market, notes = build_market(inputs.traces, inputs)
     pools = market.pools()
     traced = {(p.instance_type, p.zone): p for p in inputs.traces}
-    spans = [traced[(p.instance_type, p.availability_zone)].trace.duration_hours for p in pools]
-    horizon = min(spans)
-    if inputs.prices is not None:
-        horizon = min(horizon, inputs.prices.horizon_hours())
+    span = market_span((traced[(p.instance_type, p.availability_zone)] for p in pools), inputs.prices)
+    horizon = span.hours
     families = {family_of(p.instance_type) for p in pools}
     allowed = sorted(
         name
@@ -451,7 +484,7 @@ def fleet(inputs: BenchInputs, *, seed: int = 1, count: int = FLEET_JOBS) -> Wor
     mix = [(g, w) for g, w in FLEET_GPU_MIX if g <= spot_gpus] or [(1, 1.0)]
     longest = FLEET_WORK_HOURS[1] * FLEET_DEADLINE_FACTOR[1]
     if horizon < longest:
-        raise WorkloadError(f"fleet needs traces and prices spanning {longest:g} h; they span {horizon:.1f} h")
+        raise WorkloadError(f"fleet needs traces and prices spanning {longest:g} h; {span}")
     zones = tuple(market.zones())
     rng = random.Random(seed)
     jobs = []
@@ -495,9 +528,15 @@ def fleet(inputs: BenchInputs, *, seed: int = 1, count: int = FLEET_JOBS) -> Wor
             )
         )
     price_source = inputs.prices.source if inputs.prices is not None else "on-demand x Advisor-style savings"
+    drawn = sorted({job.spec.resources.gpus for job in jobs}) or [g for g, _ in mix]
+    gpu_counts = (
+        f"GPUs {'/'.join(map(str, drawn))}" if len(drawn) > 1 else f"{drawn[0]} GPU{'s' * (drawn[0] > 1)} per job"
+    )
+    if len(mix) < len(FLEET_GPU_MIX):
+        gpu_counts += f" (no traced spot type has more than {spot_gpus})"
     description = (
         f"{count} jobs (seed {seed}) over {len(pools)} spot pools ({', '.join(sorted(families))} in "
-        f"{len(zones)} zones), prices from {price_source}; GPUs 1/4/8, work 2-48 h, deadlines 1.1-2.5x work"
+        f"{len(zones)} zones), prices from {price_source}; {gpu_counts}, work 2-48 h, deadlines 1.1-2.5x work"
     )
     return Workload("fleet", description, market, tuple(jobs), tuple(notes))
 
@@ -514,7 +553,7 @@ class _Repeat(BaseModel):
     @field_validator("every", mode="before")
     @classmethod
     def _duration(cls, value: object) -> float:
-        return parse_duration(value, "every")
+        return parse_duration(value)
 
 
 class _JobEntry(BaseModel):
@@ -535,6 +574,29 @@ class _JobEntry(BaseModel):
         return None if value is None else parse_duration(value)
 
 
+def _price(value: object, field: str, *, zero_allowed: bool) -> float:
+    """USD per hour: a finite number, >= 0 (spot: the market takes a free pool) or > 0 (on-demand)."""
+    allowed = ">= 0" if zero_allowed else "> 0"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero_allowed)
+    ):
+        raise SpecFieldError(field, f"{value!r} is not a price; allowed: USD per hour, a number {allowed}")
+    return float(value)
+
+
+def _prices_by_type(value: object, field: str, *, zero_allowed: bool) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise SpecFieldError(field, f"expected {{instance type: USD per hour}}, got {value!r}")
+    for name in value:
+        if name not in INSTANCE_TYPES:
+            raise SpecFieldError(f"{field}.{name}", "not an instance type in the catalog")
+    return {name: _price(price, f"{field}.{name}", zero_allowed=zero_allowed) for name, price in value.items()}
+
+
 class _WorkloadFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -546,6 +608,180 @@ class _WorkloadFile(BaseModel):
     on_demand_usd_per_hour: dict[str, float] = Field(default_factory=dict)
     jobs: list[_JobEntry] = Field(min_length=1)
 
+    @field_validator("spot_price_usd_per_hour", mode="before")
+    @classmethod
+    def _spot_prices(cls, value: object) -> float | dict[str, float] | None:
+        """One price for every traced type, or one per type (the market takes >= 0: the builder's rule)."""
+        field = "spot_price_usd_per_hour"
+        if value is None or isinstance(value, dict):
+            return None if value is None else _prices_by_type(value, field, zero_allowed=True)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return _price(value, field, zero_allowed=True)
+        raise SpecFieldError(field, f"{value!r} is not a price; allowed: a number >= 0, or {{instance type: number}}")
+
+    @field_validator("on_demand_usd_per_hour", mode="before")
+    @classmethod
+    def _on_demand_prices(cls, value: object) -> dict[str, float]:
+        """> 0: a type priced 0 would be left out of the jobs' on-demand choices (as one with no price)."""
+        return _prices_by_type(value, "on_demand_usd_per_hour", zero_allowed=False)
+
+
+# A job entry's own keys: the bench's (`_JobEntry`) next to the job spec's.
+SPEC_KEYS = tuple(JobSpec.model_fields)
+BENCH_KEYS = tuple(_JobEntry.model_fields)
+
+
+def _entry_label(index: int, entry: object) -> str:
+    """`jobs[0] (train-a)`: the entry's place in the file, and its name if it has one."""
+    name = entry.get("name") if isinstance(entry, dict) else None
+    return f"jobs[{index}] ({name})" if isinstance(name, str) and name else f"jobs[{index}]"
+
+
+def _location(loc: Sequence[str | int]) -> str:
+    """`jobs[0].repeat.count`: list indexes in brackets, keys after dots."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f"{'.' if text else ''}{part}"
+    return text
+
+
+def _unknown_key(field: str, allowed: Sequence[str], listed: str | None = None) -> str:
+    """`field: unknown key (did you mean ...?); allowed: ...`; `listed`: the allowed keys as said, if not a list."""
+    key = field.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"{field}: unknown key{hint}; allowed: {listed or ', '.join(allowed)}"
+
+
+# A job entry's keys, as an unknown one's message lists them.
+ENTRY_KEYS = f"{', '.join(SPEC_KEYS)} (the job spec), {', '.join(BENCH_KEYS)} (the bench)"
+
+
+def _model_at(model: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
+    """The model of the mapping at `loc` under `model` (for the keys allowed there)."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if current is None or isinstance(part, int):
+            continue
+        field_info = current.model_fields.get(part)
+        annotation = field_info.annotation if field_info is not None else None
+        candidates = (annotation, *typing.get_args(annotation))
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return current
+
+
+def _file_problem(err: Mapping[str, Any], document: object) -> str:
+    """One pydantic error of a workload file as `where: what is wrong and what is allowed`; a job entry's
+    error as `jobs[0] (name): field: ...`, as the job spec's own errors read."""
+    loc: tuple[str | int, ...] = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+    model: type[BaseModel] = _WorkloadFile
+    prefix = ""
+    if len(loc) >= 2 and loc[0] == "jobs" and isinstance(loc[1], int):
+        entries = document.get("jobs") if isinstance(document, dict) else None
+        entry = entries[loc[1]] if isinstance(entries, list) and loc[1] < len(entries) else None
+        prefix, model, loc = _entry_label(loc[1], entry), _JobEntry, loc[2:]
+    ctx_error = err.get("ctx", {}).get("error")
+    if isinstance(ctx_error, SpecFieldError):
+        problem = f"{ctx_error.field}: {ctx_error}"
+    elif err["type"] == "extra_forbidden":
+        here = _model_at(model, loc[:-1])
+        problem = _unknown_key(_location(loc), list(here.model_fields) if here is not None else [])
+    elif err["type"] in {"model_type", "model_attributes_type"} and not loc:
+        keys = ENTRY_KEYS if model is _JobEntry else ", ".join(model.model_fields)
+        problem = f"expected a mapping of keys ({keys}), got {type(err['input']).__name__}"
+    else:
+        message = "required" if err["type"] == "missing" else str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] not in {"missing", "value_error"} and not isinstance(err.get("input"), dict | list):
+            message += f" (got {err.get('input')!r})"
+        problem = f"{_location(loc)}: {message}" if loc else message
+    return f"{prefix}: {problem}" if prefix else problem
+
+
+def _entry_spec(index: int, entry: _JobEntry) -> tuple[JobSpec | None, list[str]]:
+    """The job spec of a workload file's entry, validated as `spotrelay submit` validates one (the submission
+    rules too: `parse_job_spec`), or its problems."""
+    raw = dict(entry.model_extra or {})
+    label = _entry_label(index, raw)
+    problems = [
+        f"{label}: {_unknown_key(str(key), [*SPEC_KEYS, *BENCH_KEYS], ENTRY_KEYS)}"
+        for key in raw
+        if key not in SPEC_KEYS
+    ]
+    raw = {key: value for key, value in raw.items() if key in SPEC_KEYS}
+    raw.setdefault("run", {"command": "bench"})
+    placement = raw.get("placement")
+    if entry.restart_overhead is not None and (placement is None or isinstance(placement, dict)):
+        # The job's real d goes into its spec, as a user would write it, unless the spec says otherwise.
+        raw["placement"] = {"restart_overhead_minutes": entry.restart_overhead * 60, **(placement or {})}
+    checkpoint = raw.get("checkpoint")
+    if not entry.checkpoint_on_notice and (checkpoint is None or isinstance(checkpoint, dict)):
+        # A job that does not save at the notice has no use for grace to save: its spec says so, which is
+        # how place() learns that a preemption may lose a checkpoint interval (unless the spec says otherwise).
+        raw["checkpoint"] = {"grace_seconds": 0, **(checkpoint or {})}
+    try:
+        spec = parse_job_spec(raw, label)
+    except JobSpecError as e:
+        return None, problems + [f"{label}: {problem}" for problem in e.problems]
+    return (spec, []) if not problems else (None, problems)
+
+
+def _traced_summary(pools: Iterable[TracedPool]) -> str:
+    """`p3.16xlarge in us-west-2a, us-west-2b; p3.2xlarge in us-west-2a`: the traced pools, by type."""
+    zones_of: dict[str, list[str]] = {}
+    for p in pools:
+        zones_of.setdefault(p.instance_type, []).append(p.zone)
+    return "; ".join(f"{name} in {', '.join(sorted(zones))}" for name, zones in sorted(zones_of.items()))
+
+
+def _deadline_problem(spec: JobSpec, types: Sequence[str], overhead: float) -> str | None:
+    """`spotrelay submit` checks the deadline against the fastest GPU of the whole catalog; here the job may
+    use `types` only, and pays its restart overhead before it makes progress: a deadline shorter than that
+    is missed by every policy, the omniscient one too."""
+    work, deadline = spec.work_hours, spec.limits.deadline_hours
+    assert work is not None  # checked by the caller
+    assert deadline is not None
+    fastest = max(types, key=lambda t: (relative_speed(INSTANCE_TYPES[t]), t))
+    shortest = work / relative_speed(INSTANCE_TYPES[fastest]) + overhead
+    if deadline >= shortest:
+        return None
+    return (
+        f"limits.deadline_hours: {deadline:g} h is shorter than the work: work_hours {work:g} and the {overhead:g} h "
+        f"restart overhead of its first start take at least {shortest:.2f} h on {INSTANCE_TYPES[fastest].gpu_model}, "
+        f"the fastest GPU of the types this workload lets the job use ({', '.join(types)}); allow more time or "
+        f"less work, or faster types in instance_types"
+    )
+
+
+def _span_problem(entry: _JobEntry, spec: JobSpec, span: Span) -> str | None:
+    """Why the entry's copies do not fit in the traces (and price history), if they do not.
+
+    A job submitted at or after the end has no market at all. One whose deadline ends after it is refused
+    too, not noted: past its last tick a trace's last value holds (`MarketBuilder.add_trace`), so the replay
+    would run the job on capacity nobody observed, and its cost and misses would say nothing about spot.
+    cant-be-late and fleet draw their starts so that every deadline ends within the traces; a file's jobs
+    are held to the same rule."""
+    deadline = spec.limits.deadline_hours
+    assert deadline is not None
+    end = span.hours + 1e-9  # a deadline may fall at the end itself, a submission may not
+    copies = entry.repeat.count if entry.repeat is not None else 1
+    every = entry.repeat.every if entry.repeat is not None else 0.0
+    if entry.submit >= span.hours - 1e-9:
+        return f"submit: {entry.submit:g} h is not before the end of the market: {span}"
+    if entry.submit + deadline > end:
+        return (
+            f"limits.deadline_hours: the deadline falls at {entry.submit + deadline:g} h (submit {entry.submit:g} h "
+            f"+ {deadline:g} h), after the end of the market: {span}; past it the replay would make up "
+            f"capacity: submit by {span.hours - deadline:.1f} h or shorten the deadline"
+        )
+    last = entry.submit + (copies - 1) * every
+    if last + deadline > end:
+        fitting = math.floor((span.hours - deadline - entry.submit) / every + 1e-9) + 1
+        return (
+            f"repeat: copy {copies} is submitted at {last:g} h and its deadline falls at {last + deadline:g} h, "
+            f"after the end of the market: {span}; at most {fitting} copies every {every:g} h fit"
+        )
+    return None
+
 
 def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
     """A workload from YAML (or JSON):
@@ -555,16 +791,17 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
     description: what it is
     instance_types: [p3.2xlarge]      # the types jobs may use (default: every traced type's family)
     zones: [us-east-1c, us-west-2a]   # the traced zones to use (default: all)
-    spot_price_usd_per_hour: 0.97     # or {p3.2xlarge: 0.97}: constant spot prices instead of --prices
-    on_demand_usd_per_hour: {p3.2xlarge: 3.06}   # overrides of the catalog's on-demand prices
+    spot_price_usd_per_hour: 0.97     # or {p3.2xlarge: 0.97}: constant spot prices (>= 0) instead of --prices
+    on_demand_usd_per_hour: {p3.2xlarge: 3.06}   # overrides (> 0) of the catalog's on-demand prices
     jobs:
       - name: train-a                 # the rest of the entry is a job spec (spotrelay submit's format;
         resources: {gpus: 1}          #   `run` may be left out), and needs work_hours and a deadline
-        work_hours: 24
+        work_hours: 24                #   that the fastest type the job may use meets (with its overhead)
         limits: {deadline_hours: 36, max_price_per_hour: 1.5}
         recovery: same-pool-first
         checkpoint: {interval_minutes: 30}
-        submit: 2h                    # after the traces' start (default 0)
+        submit: 2h                    # after the traces' start (default 0); every copy's deadline must end
+                                      #   within the traces (and a --prices history): no made-up capacity
         restart_overhead: 6m          # d, paid at every (re)start, also put in the spec for place()
                                       #   (default: placement.restart_overhead_minutes, 6 min unless set;
                                       #   set both to replay a job whose spec misjudges its overhead)
@@ -574,6 +811,8 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
         per_zone: true                # one copy per zone, each limited to it (the paper's single-zone runs)
         repeat: {count: 10, every: 24h}   # copies submitted every 24 h
     ```
+
+    Errors name the file, the job entry (`jobs[0] (train-a)`) and the field.
     """
     path = Path(path)
     try:
@@ -586,8 +825,21 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
     except JobSpecError as e:
         raise WorkloadError(str(e)) from None
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-        raise WorkloadError(f"{path}: {problems}") from None
+        raise WorkloadError(f"{path}: {'; '.join(_file_problem(err, document) for err in e.errors())}") from None
+    specs: list[JobSpec] = []
+    problems: list[str] = []
+    for index, entry in enumerate(parsed.jobs):
+        spec, entry_problems = _entry_spec(index, entry)
+        problems.extend(entry_problems)
+        if spec is not None:
+            specs.append(spec)
+    if problems:
+        raise WorkloadError(f"{path}: {'; '.join(problems)}")
+
+    traced_zones = sorted({p.zone for p in inputs.traces})
+    untraced = [z for z in parsed.zones or () if z not in traced_zones]
+    if untraced:
+        raise WorkloadError(f"{path}: zones: {', '.join(untraced)} not traced; traced zones: {', '.join(traced_zones)}")
     pools = [p for p in inputs.traces if parsed.zones is None or p.zone in parsed.zones]
     if parsed.instance_types is not None:
         unknown = [t for t in parsed.instance_types if t not in INSTANCE_TYPES]
@@ -595,37 +847,33 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
             raise WorkloadError(f"{path}: instance_types: unknown type(s) {', '.join(unknown)}")
         pools = [p for p in pools if p.instance_type in parsed.instance_types]
     if not pools:
-        raise WorkloadError(f"{path}: no traced pool matches its zones and instance_types")
+        raise WorkloadError(
+            f"{path}: no traced pool matches its zones ({', '.join(parsed.zones or ['all'])}) and instance_types "
+            f"({', '.join(parsed.instance_types or ['all'])}); traced: {_traced_summary(inputs.traces)}"
+        )
     spot: Mapping[str, float] | None = None
-    if isinstance(parsed.spot_price_usd_per_hour, float | int):
-        spot = {p.instance_type: float(parsed.spot_price_usd_per_hour) for p in pools}
+    if isinstance(parsed.spot_price_usd_per_hour, float):
+        spot = {p.instance_type: parsed.spot_price_usd_per_hour for p in pools}
     elif isinstance(parsed.spot_price_usd_per_hour, dict):
         spot = parsed.spot_price_usd_per_hour
+    unpriced = sorted({p.instance_type for p in pools} - set(spot)) if spot is not None else []
+    if unpriced and len(unpriced) == len({p.instance_type for p in pools}):
+        raise WorkloadError(f"{path}: spot_price_usd_per_hour: no price for a traced type ({', '.join(unpriced)})")
     market, notes = build_market(pools, inputs, spot_prices=spot)
+    if unpriced:
+        notes.append(f"left out (no spot_price_usd_per_hour for their type): {', '.join(unpriced)}")
+    traced = {(p.instance_type, p.zone): p for p in pools}
+    market_pools = [traced[(p.instance_type, p.availability_zone)] for p in market.pools()]
+    price_file = inputs.prices if spot is None else None  # the market's prices come from --prices
     allowed = (
         sorted(parsed.instance_types)
         if parsed.instance_types is not None
-        else sorted(n for n in INSTANCE_TYPES if family_of(n) in {family_of(p.instance_type) for p in market.pools()})
+        else sorted(n for n in INSTANCE_TYPES if family_of(n) in {family_of(p.instance_type) for p in market_pools})
     )
     all_zones = tuple(market.zones())
     jobs: list[BenchJob] = []
-    for index, entry in enumerate(parsed.jobs):
-        raw = dict(entry.model_extra or {})
-        raw.setdefault("run", {"command": "bench"})
-        placement = raw.get("placement")
-        if entry.restart_overhead is not None and (placement is None or isinstance(placement, dict)):
-            # The job's real d goes into its spec, as a user would write it, unless the spec says otherwise.
-            raw["placement"] = {"restart_overhead_minutes": entry.restart_overhead * 60, **(placement or {})}
-        checkpoint = raw.get("checkpoint")
-        if not entry.checkpoint_on_notice and (checkpoint is None or isinstance(checkpoint, dict)):
-            # A job that does not save at the notice has no use for grace to save: its spec says so, which is
-            # how place() learns that a preemption may lose a checkpoint interval (unless the spec says otherwise).
-            raw["checkpoint"] = {"grace_seconds": 0, **(checkpoint or {})}
-        where = f"{path}: jobs[{index}]"
-        try:
-            spec = parse_job_spec(raw, where)
-        except JobSpecError as e:
-            raise WorkloadError(str(e)) from None
+    for index, (entry, spec) in enumerate(zip(parsed.jobs, specs, strict=True)):
+        where = f"{path}: {_entry_label(index, {'name': spec.name})}"
         overhead = (
             entry.restart_overhead if entry.restart_overhead is not None else spec.placement.restart_overhead_hours
         )
@@ -634,17 +882,27 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
         zones = entry.zones or all_zones
         missing = [z for z in zones if z not in all_zones]
         if missing:
-            raise WorkloadError(f"{where}: zones {', '.join(missing)} are not on the market ({', '.join(all_zones)})")
+            raise WorkloadError(f"{where}: zones: {', '.join(missing)} are not on the market ({', '.join(all_zones)})")
         if not types:
-            raise WorkloadError(f"{where}: no allowed instance type fits the job")
+            raise WorkloadError(
+                f"{where}: resources: no allowed instance type fits the job (allowed: {', '.join(allowed)})"
+            )
+        if spec.work_hours is None or spec.limits.deadline_hours is None:
+            raise WorkloadError(f"{where}: a bench job needs work_hours and limits.deadline_hours")
+        if (problem := _deadline_problem(spec, types, overhead)) is not None:
+            raise WorkloadError(f"{where}: {problem}")
         zone_sets = [(z,) for z in zones] if entry.per_zone else [tuple(zones)]
+        for zone_set in zone_sets:
+            usable = [p for p in market_pools if p.zone in zone_set and p.instance_type in types] or market_pools
+            if (problem := _span_problem(entry, spec, market_span(usable, price_file))) is not None:
+                raise WorkloadError(f"{where}: {problem}")
         copies = entry.repeat.count if entry.repeat is not None else 1
         every = entry.repeat.every if entry.repeat is not None else 0.0
         for zone_set in zone_sets:
             for k in range(copies):
                 name = spec.name if copies == 1 and len(zone_sets) == 1 else f"{spec.name}-{zone_set[0]}-{k}"
-                try:
-                    job = BenchJob(
+                jobs.append(
+                    BenchJob(
                         name=name[:63],
                         spec=spec,
                         submit_hours=entry.submit + k * every,
@@ -655,9 +913,7 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
                         checkpoint_on_notice=entry.checkpoint_on_notice,
                         group=spec.name,
                     )
-                except ValueError as e:
-                    raise WorkloadError(f"{where}: {e}") from None
-                jobs.append(job)
+                )
     name = parsed.name or path.stem
     description = parsed.description or f"{len(jobs)} jobs from {path}"
     return Workload(name, description, market, tuple(jobs), tuple(notes))
