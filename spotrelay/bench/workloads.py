@@ -900,7 +900,8 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
         every = entry.repeat.every if entry.repeat is not None else 0.0
         for zone_set in zone_sets:
             for k in range(copies):
-                name = spec.name if copies == 1 and len(zone_sets) == 1 else f"{spec.name}-{zone_set[0]}-{k}"
+                # train-a, train-a-3 (the 4th copy), train-a-us-east-1c (per_zone), train-a-us-east-1c-3
+                name = spec.name + (f"-{zone_set[0]}" if entry.per_zone else "") + (f"-{k}" if copies > 1 else "")
                 jobs.append(
                     BenchJob(
                         name=name[:63],

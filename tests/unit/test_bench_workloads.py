@@ -303,3 +303,29 @@ def test_fleets_description_gives_the_gpu_counts_it_drew(tmp_path: Path, labels:
     drawn = sorted({job.spec.resources.gpus for job in workload.jobs})
     assert f"; {gpus}, work 2-48 h" in workload.description
     assert drawn == ([1] if len(labels) == 1 else [1, 4, 8])
+
+
+# ------------------------------------------------------------------------------------------ job names
+
+
+def test_copies_are_named_by_their_number_and_per_zone_copies_by_their_zone(trace_dir: Path, tmp_path: Path) -> None:
+    # Given a job repeated 3 times, and another run once per zone
+    path = workload_file(
+        tmp_path,
+        "jobs:\n"
+        "  - {name: train-a, resources: {gpus: 1}, work_hours: 6, limits: {deadline_hours: 9},"
+        " repeat: {count: 3, every: 10h}}\n"
+        "  - {name: train-b, resources: {gpus: 1}, work_hours: 6, limits: {deadline_hours: 9}, per_zone: true}\n",
+    )
+
+    # When the workload is built
+    workload = load_workload_file(path, load_inputs([trace_dir]))
+
+    # Then a copy's name says which copy it is, and a per-zone copy its zone (and no zone where there is none)
+    assert [job.name for job in workload.jobs] == [
+        "train-a-0",
+        "train-a-1",
+        "train-a-2",
+        "train-b-us-east-1a",
+        "train-b-us-west-2a",
+    ]
