@@ -125,8 +125,10 @@ class PriceTable:
         builder.add_price_history(timed, start_at=anchor)
 
     def horizon_hours(self) -> float:
+        """How far the prices reach: a history to its last change (past it a price would be made up); a
+        PRICES.csv snapshot for ever (its prices are constant after its last row: the module docstring)."""
         stamps = [q.timestamp for q in self.quotes if q.timestamp is not None]
-        if not stamps:
+        if not stamps or not self.history:
             return math.inf
         return (max(stamps) - min(stamps)).total_seconds() / 3600
 

@@ -255,8 +255,31 @@ def test_a_selection_of_no_traced_pool_says_what_is_traced(tmp_path: Path, selec
 # ---------------------------------------------------------------------------------------------- 5, 6. fleet
 
 
-def test_fleet_says_the_price_file_limits_its_span(tmp_path: Path) -> None:
-    # Given 200 h of traces and a PRICES.csv whose timestamps span 12 h
+def test_fleet_says_the_price_history_limits_its_span(tmp_path: Path) -> None:
+    # Given 200 h of traces and a price history (training-on-a-dime's format) whose changes span 12 h
+    trace_dir = traces(tmp_path / "traces", 200)
+    prices = tmp_path / "history.csv"
+    prices.write_text(
+        "timestamp_utc,region,availability_zone,instance_type,gpu_model,gpu_count,product_description,"
+        "spot_price_usd_per_hour\n"
+        "2026-11-30T00:00:00Z,us-east-1,us-east-1a,p3.2xlarge,V100,1,Linux/UNIX,0.9\n"
+        "2026-11-30T00:00:00Z,us-west-2,us-west-2a,p3.2xlarge,V100,1,Linux/UNIX,1.0\n"
+        "2026-11-30T12:00:00Z,us-east-1,us-east-1a,p3.2xlarge,V100,1,Linux/UNIX,0.95\n"
+    )
+
+    # When fleet is built on them
+    with pytest.raises(WorkloadError) as refused:
+        fleet(load_inputs([trace_dir], prices=prices))
+
+    # Then the message says the price history is what falls short
+    assert str(refused.value) == (
+        f"fleet needs traces and prices spanning 120 h; the traces and prices span 12.0 h, limited by the prices in "
+        f"{prices} (its timestamps run from 2026-11-30 00:00 to 2026-11-30 12:00 UTC)"
+    )
+
+
+def test_a_prices_csv_snapshot_does_not_limit_fleets_span(tmp_path: Path) -> None:
+    # Given 200 h of traces and a `spotrelay place` PRICES.csv whose rows were read 12 h apart
     trace_dir = traces(tmp_path / "traces", 200)
     prices = tmp_path / "prices.csv"
     prices.write_text(
@@ -266,14 +289,10 @@ def test_fleet_says_the_price_file_limits_its_span(tmp_path: Path) -> None:
     )
 
     # When fleet is built on them
-    with pytest.raises(WorkloadError) as refused:
-        fleet(load_inputs([trace_dir], prices=prices))
+    workload = fleet(load_inputs([trace_dir], prices=prices), count=20)
 
-    # Then the message says the price file is what falls short
-    assert str(refused.value) == (
-        f"fleet needs traces and prices spanning 120 h; the traces and prices span 12.0 h, limited by the prices in "
-        f"{prices} (its timestamps run from 2026-11-30 00:00 to 2026-11-30 12:00 UTC)"
-    )
+    # Then it is built: a snapshot's prices hold after its last row
+    assert len(workload.jobs) == 20
 
 
 def test_fleet_says_which_trace_limits_its_span(trace_dir: Path) -> None:
