@@ -242,7 +242,10 @@ def _how_late(missed: Sequence[tuple[BenchJob, JobResult]], *, given_up: bool = 
     """How late the missed jobs ended: the latest, and how many were given up (rescued) yet ended in time
     (a rescued job counts as late however soon it ends)."""
     late = [_lateness(job.deadline_hours, r) for job, r in missed if _lateness(job.deadline_hours, r) > 1e-9]
-    parts = [f"latest by {_describe_hours(max(late))}"] if late else []
+    finite = [hours for hours in late if math.isfinite(hours)]
+    parts = [f"latest by {_describe_hours(max(finite))}"] if finite else []
+    if len(finite) < len(late):
+        parts.append(f"{len(late) - len(finite)} never finished (no on-demand type has a price)")
     in_time = len(missed) - len(late)
     if in_time and given_up:
         parts.append(f"{in_time} given up and rescued on on-demand before the deadline")
@@ -284,7 +287,7 @@ def check_targets(run: WorkloadRun) -> list[TargetCheck]:
         if p != REFERENCE_POLICY
         and all(x.deadline_met or not ref.deadline_met for x, ref in zip(run.results[p], od, strict=True))
     ]
-    if keeping:
+    if keeping and not missed:  # spotrelay keeps them too: is it the cheapest that does?
         cheapest = max(keeping, key=lambda p: ratios[p])  # the highest ratio: the cheapest other policy
         among = (
             "the cheapest of the policies that keep every deadline the on-demand policy keeps"

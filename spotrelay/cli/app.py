@@ -451,7 +451,10 @@ app.add_typer(events_app, name="events")
 def events_export_command(
     since: Annotated[str, typer.Option("--since", help="how far back: 24h, 90m, 2d")] = "24h",
     stack: Annotated[str, typer.Option("--stack", help="the CloudFormation stack")] = "SpotRelay",
-    region: Annotated[str | None, typer.Option("--region", help="default: the AWS configuration's")] = None,
+    region: Annotated[
+        str | None,
+        typer.Option("--region", envvar="AWS_REGION", help="default: AWS_REGION, else the AWS configuration's"),
+    ] = None,
 ) -> None:
     """Write the stack's archived EC2 events of the last SINCE to stdout, one JSON event a line, each
     noted with its job and attempt: `spotrelay events export --since 24h > incident.jsonl`.

@@ -17,9 +17,9 @@ import typer
 from rich import box
 from rich.table import Column, Table
 
-from spotrelay.catalog import family_of
+from spotrelay.catalog import INSTANCE_TYPES, family_of
 from spotrelay.cli.console import err, fail, out, tables
-from spotrelay.models import JobSpec, JobSpecError, JobState, load_job_spec, parse_job_spec
+from spotrelay.models import JobSpecError, JobState, Market, load_job_spec, parse_job_spec
 from spotrelay.models.job_spec import decode_document
 
 if TYPE_CHECKING:
@@ -435,7 +435,7 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     if job.state is JobState.WAITING and job.waiting_since is not None:
         patience = job.spec.limits.max_wait_hours
         until = job.waiting_since + timedelta(hours=patience)
-        then = after_patience(job.spec, status.allowed_families)
+        then = after_patience(status, status.allowed_families, now)
         lines.append(
             f"  waiting since {job.waiting_since:%Y-%m-%d %H:%M} UTC: {job.waiting_reason or 'no pool found'}; at "
             f"{until:%Y-%m-%d %H:%M} UTC (limits.max_wait_hours {patience:g}) {then}"
@@ -445,35 +445,47 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     return lines
 
 
-def after_patience(spec: JobSpec, allowed_families: tuple[str, ...] | None) -> str:
-    """What Place does with a waiting job once its `max_wait_hours` are spent (spotrelay.control.lifecycle:
-    on-demand if the market choice may pick it and an on-demand type passes the job's cap; else
-    NoCapacity). `allowed_families`: the stack's (None: not known, every family)."""
-    limits = spec.limits
+def after_patience(status: JobStatus, allowed_families: tuple[str, ...] | None, now: datetime) -> str:
+    """What Place does with the waiting job once its `max_wait_hours` are spent, by asking `place()` itself
+    then (spotrelay.control.lifecycle.placement_now with `out_of_patience`), with no spot at all: the job's
+    work done, its budget left and the stack's GPU families (`allowed_families`; None: not known)."""
+    from spotrelay.policy import place
+
+    job = status.job
+    spec, limits = job.spec, job.spec.limits
+    assert job.waiting_since is not None
+    types = [
+        t.name
+        for t in spec.resources.fitting_types()
+        if allowed_families is None or family_of(t.name) in allowed_families
+    ]
+    at = job.waiting_since + timedelta(hours=limits.max_wait_hours)
+    zones = sorted({a.pool.availability_zone for a in status.attempts}) or ["us-east-1a"]  # names only
+    decision = place(
+        spec,
+        [],
+        work_done_hours=job.work_done_hours,
+        elapsed_hours=job.elapsed_hours(max(at, now)),
+        on_demand_prices={n: p for n in types if (p := INSTANCE_TYPES[n].on_demand_usd_per_hour) is not None},
+        budget_left_usd=None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - status.cost(now)),
+        zones=zones,
+        migrates=True,
+        out_of_patience=True,
+    )
+    families = "" if allowed_families is not None else " (if the stack allows its family)"
+    if decision.ranked:
+        best = decision.ranked[0]
+        return (
+            f"it goes on-demand ({best.pool.instance_type} at ${best.hourly_price:.3f}/h){families}; NoCapacity "
+            "as long again later if on-demand is refused too"
+        )
     if not limits.on_demand_fallback:
         return "it fails with NoCapacity (limits.on_demand_fallback is off)"
-    if limits.deadline_hours is None or spec.work_hours is None:
-        return "it fails with NoCapacity (on-demand is the fallback of jobs with limits.deadline_hours and work_hours)"
-    priced = [
-        (price, t.name)
-        for t in spec.resources.fitting_types()
-        if (price := t.on_demand_usd_per_hour) is not None
-        and (allowed_families is None or family_of(t.name) in allowed_families)
-    ]
-    if not priced:
-        return "it fails with NoCapacity (no on-demand type fits the job)"
-    price, name = min(priced)
-    cap = limits.max_price_per_hour
-    if cap is not None and price > cap:
-        return (
-            f"it fails with NoCapacity: no on-demand type that fits is within limits.max_price_per_hour ${cap:g} "
-            f"(the cheapest, {name}, is ${price:.3f}/h)"
-        )
-    budget = " while limits.max_total_cost allows" if limits.max_total_cost is not None else ""
-    return (
-        f"it goes on-demand ({name} at ${price:.3f}/h, the cheapest that fits){budget}; NoCapacity as long "
-        "again later if on-demand is refused too"
-    )
+    if any(r.pool.market is Market.ON_DEMAND for r in decision.rejected):
+        why = decision.why_none(market=False).replace("now", "then", 1)
+    else:  # the market choice never looks at on-demand: no deadline, or none within the cap
+        why = decision.market.reason.split(";")[0]
+    return f"it fails with NoCapacity: {why}"
 
 
 def attempts_table(status: JobStatus) -> Table:

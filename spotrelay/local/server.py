@@ -130,8 +130,8 @@ def describe(served: ServedStack) -> list[str]:
         *(f"    {name:<12}  {function}" for name, function in stack.functions.items()),
         "",
         "Try it (any credentials do):",
-        f"  export AWS_DEFAULT_REGION={stack.region} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing "
-        f"AWS_ENDPOINT_URL={served.endpoint_url}",
+        f"  export AWS_REGION={stack.region} AWS_DEFAULT_REGION={stack.region} AWS_ACCESS_KEY_ID=testing "
+        f"AWS_SECRET_ACCESS_KEY=testing AWS_ENDPOINT_URL={served.endpoint_url}",
         f"  spotrelay submit events/jobs/resnet50.yaml{_stack_option(stack.stack_name)}   # prints the job's id",
         *(
             f"  spotrelay {command}{_stack_option(stack.stack_name)}"

@@ -142,9 +142,10 @@ class Placement(BaseModel):
                     lines.append(f"  e.g. {rejection.pool}: {rejection.reason}")
         return lines
 
-    def why_none(self) -> str:
+    def why_none(self, *, market: bool = True) -> str:
         """One line on why no pool can take the job now: what ruled the candidates out, with the cheapest
-        example of each kind (the price a cap would have to allow)."""
+        example of each kind (the price a cap would have to allow); with `market`, the market choice's
+        reason too."""
         if not self.rejected:
             return f"no pool is quoted for the job; market: {self.market.reason}"
         counts = Counter(r.category for r in self.rejected)
@@ -153,7 +154,8 @@ class Placement(BaseModel):
             of_kind = [r for r in self.rejected if r.category == category]
             example = min(of_kind, key=lambda r: (r.hourly_price is None, r.hourly_price or 0.0))
             kinds.append(f"{n} {category} (cheapest: {example.pool}: {example.reason})")
-        return f"no pool can take the job now: {'; '.join(kinds)}; market: {self.market.reason}"
+        tail = f"; market: {self.market.reason}" if market else ""
+        return f"no pool can take the job now: {'; '.join(kinds)}{tail}"
 
 
 def latest_quotes(quotes: Iterable[PriceQuote]) -> dict[Pool, PriceQuote]:

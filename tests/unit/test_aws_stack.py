@@ -361,28 +361,29 @@ def test_status_of_a_live_job_says_why_it_left_its_last_attempt() -> None:
     ("update", "families", "then"),
     [
         ({"on_demand_fallback": False}, None, "it fails with NoCapacity (limits.on_demand_fallback is off)"),
-        (
-            {"deadline_hours": None},
-            None,
-            "it fails with NoCapacity (on-demand is the fallback of jobs with limits.deadline_hours and work_hours)",
-        ),
+        ({"deadline_hours": None}, None, "it fails with NoCapacity: no deadline (or no work estimate): spot only"),
         (
             {"max_price_per_hour": 0.5},
             None,
-            "it fails with NoCapacity: no on-demand type that fits is within limits.max_price_per_hour $0.5 (the "
-            "cheapest, g4dn.xlarge, is $0.526/h)",
+            "it fails with NoCapacity: no on-demand type fits within the price cap: spot only",
         ),
+        # Place ranks by cost to finish: g6e.xlarge (L40S) finishes 10 h of work for less than g4dn.xlarge
         (
             {},
             None,
-            "it goes on-demand (g4dn.xlarge at $0.526/h, the cheapest that fits); NoCapacity as long again later "
-            "if on-demand is refused too",
+            "it goes on-demand (g6e.xlarge at $1.861/h) (if the stack allows its family); NoCapacity as long "
+            "again later if on-demand is refused too",
         ),
         (
-            {"max_total_cost": 100},
+            {},
             ("g5", "g6"),
-            "it goes on-demand (g6.xlarge at $0.805/h, the cheapest that fits) while limits.max_total_cost allows; "
-            "NoCapacity as long again later if on-demand is refused too",
+            "it goes on-demand (g6.xlarge at $0.805/h); NoCapacity as long again later if on-demand is refused too",
+        ),
+        # $3 of budget: no on-demand type finishes within it, and by then the slow ones miss the deadline
+        (
+            {"max_total_cost": 3},
+            ("g4dn", "g5", "g6"),
+            "it fails with NoCapacity: no pool can take the job then: ",
         ),
     ],
 )
@@ -410,4 +411,8 @@ def test_status_of_a_waiting_job_says_what_happens_when_its_patience_runs_out(
 
     # Then it says when its patience runs out and what Place will do then
     assert "at 2026-12-01 12:00 UTC (limits.max_wait_hours 24)" in line
-    assert line.endswith(then)
+    if then.endswith(": "):
+        assert then in line
+        assert "budget left" in line
+    else:
+        assert line.endswith(then)
