@@ -450,7 +450,9 @@ app.add_typer(events_app, name="events")
 @events_app.command("export")
 def events_export_command(
     since: Annotated[str, typer.Option("--since", help="how far back: 24h, 90m, 2d")] = "24h",
-    stack: Annotated[str, typer.Option("--stack", help="the CloudFormation stack")] = "SpotRelay",
+    stack: Annotated[
+        str, typer.Option("--stack", envvar="SPOTRELAY_STACK", help="the CloudFormation stack `cdk deploy` made")
+    ] = "SpotRelay",
     region: Annotated[
         str | None,
         typer.Option("--region", envvar="AWS_REGION", help="default: AWS_REGION, else the AWS configuration's"),

@@ -520,7 +520,7 @@ class Replay:
 
     def run(self) -> ReplayResult:
         started = time.perf_counter()
-        _check_expectations_name_jobs(self.scenario)
+        _check_jobs_named(self.scenario)
         # The handlers' own output (Powertools flushes EMF metrics after 100 values even when they are
         # disabled) is not the replay's: stdout is the timeline, or the JSON.
         with (
@@ -677,16 +677,20 @@ def replay(scenario: Scenario, *, seed: int | None = None, template: Path | None
 # ------------------------------------------------------------------------------------- expectations
 
 
-def _check_expectations_name_jobs(scenario: Scenario) -> None:
-    """An expectation about a job the scenario never submits is a mistake in the scenario: say so before
-    replaying hours of it, not in its result."""
+def _check_jobs_named(scenario: Scenario) -> None:
+    """An expectation about, or an event bound to, a job the scenario never submits is a mistake in the
+    scenario (a typo in a name): say so before replaying hours of it, not in its result."""
     names = {name for s in submissions(scenario) for name in (s.name, s.entry)}
+    its_jobs = f"(its jobs: {', '.join(sorted(names)) or 'none'})"
     unknown = sorted({e.job for e in scenario.expect if e.job is not None and e.job not in names})
     if unknown:
         raise ScenarioError(
-            f"scenario {scenario.name}: expect names no job it submits: {', '.join(unknown)} "
-            f"(its jobs: {', '.join(sorted(names)) or 'none'})"
+            f"scenario {scenario.name}: expect names no job it submits: {', '.join(unknown)} {its_jobs}"
         )
+    bound = sorted({(i.source, i.job) for i in injections(scenario) if i.job is not None and i.job not in names})
+    if bound:
+        events = ", ".join(f"{source} to {job}" for source, job in bound)
+        raise ScenarioError(f"scenario {scenario.name}: events bound to a job it never submits: {events} {its_jobs}")
 
 
 def _matching(expectation: Expectation, jobs: Sequence[JobReport]) -> list[JobReport]:

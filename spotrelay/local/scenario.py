@@ -247,6 +247,22 @@ def _parse_time(value: object) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
+# What every EventBridge event has, and what the replay routes and reads an event by
+# (https://docs.aws.amazon.com/eventbridge/latest/ref/overiew-event-structure.html)
+EVENT_KEYS = ("source", "detail-type", "detail")
+
+
+def _check_event(event: object, where: str) -> None:
+    if not isinstance(event, dict):
+        raise ScenarioError(f"{where} is not an event (a JSON object)")
+    missing = [key for key in EVENT_KEYS if key not in event]
+    if missing or not isinstance(event.get("detail"), dict):
+        raise ScenarioError(
+            f"{where} is not an EventBridge event: it has no {', '.join(missing) or 'detail object'} "
+            f"(an event has {', '.join(EVENT_KEYS)}, as AWS sends it: see events/)"
+        )
+
+
 def injections(scenario: Scenario) -> list[Injection]:
     """The scenario's events, each with its injection time, in time order (then the order given).
 
@@ -273,6 +289,7 @@ def injections(scenario: Scenario) -> list[Injection]:
             times = [t for e in events if (t := _parse_time(e.get("time"))) is not None]
             first = min(times) if times else None
             for n, event in enumerate(events, start=1):
+                _check_event(event, f"events[{i}].file: {file}:{n}")
                 recorded = _parse_time(event.get("time"))
                 when = offset + (recorded - first if recorded is not None and first is not None else timedelta(0))
                 note = event.pop("spotrelay", None) or {}
@@ -293,8 +310,7 @@ def injections(scenario: Scenario) -> list[Injection]:
                 event = json.loads(text)
             except json.JSONDecodeError as e:
                 raise ScenarioError(f"events[{i}].file: {file}: not JSON ({e.msg})") from None
-            if not isinstance(event, dict):
-                raise ScenarioError(f"events[{i}].file: {file} is not an event (a JSON object)")
+            _check_event(event, f"events[{i}].file: {file}")
             out.append(
                 Injection(
                     at=offset,

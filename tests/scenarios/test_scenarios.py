@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from spotrelay.local.replay import ReplayResult, check, render_text, replay
-from spotrelay.local.scenario import Expectation, ScenarioError, load_scenario
+from spotrelay.local.scenario import Expectation, ScenarioError, injections, load_scenario
 
 from .conftest import SCENARIOS
 
@@ -243,3 +243,34 @@ def test_an_expectation_about_a_job_the_scenario_never_submits_is_refused_before
     # When it is replayed, Then it is refused at once, naming the job and the ones it has
     with pytest.raises(ScenarioError, match=r"expect names no job it submits: resnet5O \(its jobs: resnet50\)"):
         replay(wrong, template=synthesized_template)
+
+
+def test_an_event_bound_to_a_job_the_scenario_never_submits_is_refused_before_the_replay(
+    synthesized_template: Path,
+) -> None:
+    # Given a scenario with its interruption bound to a misspelt job
+    scenario = load_scenario(SCENARIOS / "rebalance-then-interruption.yaml")
+    event = scenario.events[1]
+    assert event.instance is not None
+    misspelt = event.model_copy(update={"instance": event.instance.model_copy(update={"job": "resnet5O"})})
+    wrong = scenario.model_copy(update={"events": [misspelt]})
+    # When it is replayed, Then it is refused at once, naming the event, the job and the ones it has
+    with pytest.raises(
+        ScenarioError,
+        match=r"events bound to a job it never submits: .*spot-interruption-warning.json to resnet5O "
+        r"\(its jobs: resnet50\)",
+    ):
+        replay(wrong, template=synthesized_template)
+
+
+@pytest.mark.parametrize("text", ['{"foo": 1}', '{"source": "aws.ec2", "detail-type": "x", "detail": 3}', "[1]"])
+def test_an_event_file_that_is_json_but_not_an_event_is_one_error_naming_it(tmp_path: Path, text: str) -> None:
+    # Given a scenario whose event file holds JSON that is not an EventBridge event
+    scenario = load_scenario(SCENARIOS / "rebalance-then-interruption.yaml")
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    event = scenario.events[0]
+    wrong = scenario.model_copy(update={"events": [event.model_copy(update={"file": str(bad)})]})
+    # When its events are read, Then it is refused, naming the entry and the file
+    with pytest.raises(ScenarioError, match=rf"^events\[0\]\.file: {bad} is not an (EventBridge )?event"):
+        injections(wrong)
