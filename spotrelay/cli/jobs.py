@@ -17,7 +17,6 @@ import typer
 from rich import box
 from rich.table import Column, Table
 
-from spotrelay.catalog import INSTANCE_TYPES, family_of
 from spotrelay.cli.console import err, fail, out, tables
 from spotrelay.models import JobSpecError, JobState, Market, load_job_spec, parse_job_spec
 from spotrelay.models.job_spec import decode_document
@@ -449,16 +448,13 @@ def after_patience(status: JobStatus, allowed_families: tuple[str, ...] | None, 
     """What Place does with the waiting job once its `max_wait_hours` are spent, by asking `place()` itself
     then (spotrelay.control.lifecycle.placement_now with `out_of_patience`), with no spot at all: the job's
     work done, its budget left and the stack's GPU families (`allowed_families`; None: not known)."""
+    from spotrelay.control.lifecycle import catalog_on_demand_prices, launchable_types
     from spotrelay.policy import place
 
     job = status.job
     spec, limits = job.spec, job.spec.limits
     assert job.waiting_since is not None
-    types = [
-        t.name
-        for t in spec.resources.fitting_types()
-        if allowed_families is None or family_of(t.name) in allowed_families
-    ]
+    types = launchable_types(spec, allowed_families)
     at = job.waiting_since + timedelta(hours=limits.max_wait_hours)
     zones = sorted({a.pool.availability_zone for a in status.attempts}) or ["us-east-1a"]  # names only
     decision = place(
@@ -466,7 +462,7 @@ def after_patience(status: JobStatus, allowed_families: tuple[str, ...] | None, 
         [],
         work_done_hours=job.work_done_hours,
         elapsed_hours=job.elapsed_hours(max(at, now)),
-        on_demand_prices={n: p for n in types if (p := INSTANCE_TYPES[n].on_demand_usd_per_hour) is not None},
+        on_demand_prices=catalog_on_demand_prices(types),
         budget_left_usd=None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - status.cost(now)),
         zones=zones,
         migrates=True,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,6 +35,7 @@ from spotrelay.models import (
     Attempt,
     AttemptOutcome,
     Job,
+    JobSpec,
     JobState,
     Market,
     PlannedPool,
@@ -226,7 +227,7 @@ def placement_now(
     `current_market`: the market of the instance the job runs on (None: idle); `billing_usd`: what its
     open attempts have cost so far (not in `job.cost_usd` until they are closed); `spot_runs`, `out_of_patience`:
     see `place()`."""
-    types = [t.name for t in job.spec.resources.fitting_types() if family_of(t.name) in context.allowed_families]
+    types = launchable_types(job.spec, context.allowed_families)
     zones = sorted(context.subnets)
     quotes = compute.spot_prices(types, zones, now) if types else []
     limits = job.spec.limits
@@ -238,9 +239,7 @@ def placement_now(
         # same-pool-first: the pool recovery asked for is exempt from the block its own loss put there.
         blocked=active_blocks(store.blocked_pools(now), now) - {job.preferred_pool},
         interruptions=InterruptionModel(observed=store.pool_observations()),
-        on_demand_prices={
-            name: price for name in types if (price := INSTANCE_TYPES[name].on_demand_usd_per_hour) is not None
-        },
+        on_demand_prices=catalog_on_demand_prices(types),
         budget_left_usd=(
             None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - job.cost_usd - billing_usd)
         ),
@@ -250,6 +249,20 @@ def placement_now(
         spot_runs=spot_runs,
         out_of_patience=out_of_patience,
     )
+
+
+def launchable_types(spec: JobSpec, allowed_families: Collection[str] | None) -> list[str]:
+    """The instance types that fit the job in the stack's GPU families (None: every family)."""
+    return [
+        t.name
+        for t in spec.resources.fitting_types()
+        if allowed_families is None or family_of(t.name) in allowed_families
+    ]
+
+
+def catalog_on_demand_prices(types: Iterable[str]) -> dict[str, float]:
+    """The catalog's on-demand prices of `types` (those it prices)."""
+    return {name: price for name in types if (price := INSTANCE_TYPES[name].on_demand_usd_per_hour) is not None}
 
 
 def patience_spent(waiting_since: datetime | None, max_wait_hours: float, now: datetime) -> bool:
