@@ -894,13 +894,12 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
         if (problem := _deadline_problem(spec, types, overhead)) is not None:
             raise WorkloadError(f"{where}: {problem}")
         zone_sets = [(z,) for z in zones] if entry.per_zone else [tuple(zones)]
+        copies = entry.repeat.count if entry.repeat is not None else 1
+        every = entry.repeat.every if entry.repeat is not None else 0.0
         for zone_set in zone_sets:
             usable = [p for p in market_pools if p.zone in zone_set and p.instance_type in types] or market_pools
             if (problem := _span_problem(entry, spec, market_span(usable, price_file))) is not None:
                 raise WorkloadError(f"{where}: {problem}")
-        copies = entry.repeat.count if entry.repeat is not None else 1
-        every = entry.repeat.every if entry.repeat is not None else 0.0
-        for zone_set in zone_sets:
             for k in range(copies):
                 # train-a, train-a-3 (the 4th copy), train-a-us-east-1c (per_zone), train-a-us-east-1c-3
                 name = spec.name + (f"-{zone_set[0]}" if entry.per_zone else "") + (f"-{k}" if copies > 1 else "")

@@ -434,7 +434,7 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     if job.state is JobState.WAITING and job.waiting_since is not None:
         patience = job.spec.limits.max_wait_hours
         until = job.waiting_since + timedelta(hours=patience)
-        then = after_patience(status, status.allowed_families, now)
+        then = after_patience(status, now)
         lines.append(
             f"  waiting since {job.waiting_since:%Y-%m-%d %H:%M} UTC: {job.waiting_reason or 'no pool found'}; at "
             f"{until:%Y-%m-%d %H:%M} UTC (limits.max_wait_hours {patience:g}) {then}"
@@ -444,10 +444,11 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     return lines
 
 
-def after_patience(status: JobStatus, allowed_families: tuple[str, ...] | None, now: datetime) -> str:
+def after_patience(status: JobStatus, now: datetime) -> str:
     """What Place does with the waiting job once its `max_wait_hours` are spent, by asking `place()` itself
     then (spotrelay.control.lifecycle.placement_now with `out_of_patience`), with no spot at all: the job's
-    work done, its budget left and the stack's GPU families (`allowed_families`; None: not known)."""
+    work done, its budget left and the stack's GPU families (`status.allowed_families`; None: not known)."""
+    allowed_families = status.allowed_families
     from spotrelay.control.lifecycle import catalog_on_demand_prices, launchable_types
     from spotrelay.policy import place
 

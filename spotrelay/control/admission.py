@@ -103,12 +103,12 @@ def admit(queued: Sequence[Job], active: Sequence[Job], limits: AdmissionLimits)
     held: list[Held] = []
     impossible: list[Held] = []
     for job in sorted(queued, key=admission_order):
-        never = never_admitted(job.spec, limits)
+        demand = demand_of(job.spec, limits)
+        never = _why_never(demand, limits)
         if never is not None:
             impossible.append(Held(job=job, reason=never))
             continue
-        demand = demand_of(job.spec, limits)
-        assert demand is not None  # never_admitted says why when there is none
+        assert demand is not None  # _why_never says why when there is none
         reason = _no_room(demand, running, spend, used_vcpus, limits)
         if reason is not None:
             held.append(Held(job=job, reason=reason))
@@ -125,7 +125,10 @@ def never_admitted(spec: JobSpec, limits: AdmissionLimits) -> str | None:
     """Why no room these limits could ever make admits the job (no type of an allowed family fits it, or
     it is bigger than the whole budget or quota), or None. The dispatcher fails such a job
     (Unschedulable); `spotrelay submit` refuses it before sending."""
-    demand = demand_of(spec, limits)
+    return _why_never(demand_of(spec, limits), limits)
+
+
+def _why_never(demand: Demand | None, limits: AdmissionLimits) -> str | None:
     if demand is None:
         return f"no instance type of the allowed GPU families ({', '.join(limits.allowed_families)}) fits resources"
     return _never_fits(demand, limits)

@@ -520,7 +520,8 @@ class Replay:
 
     def run(self) -> ReplayResult:
         started = time.perf_counter()
-        _check_jobs_named(self.scenario)
+        events = injections(self.scenario)  # read once: checked before the deploy, scheduled after it
+        _check_jobs_named(self.scenario, events)
         # The handlers' own output (Powertools flushes EMF metrics after 100 values even when they are
         # disabled) is not the replay's: stdout is the timeline, or the JSON.
         with (
@@ -539,12 +540,12 @@ class Replay:
             # The deploy draws more or fewer random ids the first time in a process (moto's lazily built
             # backends): seed again, so that job ids and instance ids depend on the scenario and seed only.
             mock_random.seed(self.seed)
-            self._load_agenda()
+            self._load_agenda(events)
             self._loop()
             result = self._report(time.perf_counter() - started)
         return result
 
-    def _load_agenda(self) -> None:
+    def _load_agenda(self, events: Sequence[Injection]) -> None:
         pending = submissions(self.scenario)
         self._pending_submissions = len(pending)
         for at, group in itertools.groupby(pending, key=lambda s: s.at):
@@ -555,7 +556,7 @@ class Replay:
                 self._submit(batch)
 
             self.schedule(at, "submit", submit)
-        for injection in injections(self.scenario):
+        for injection in events:
             self.schedule(injection.at, "inject", lambda i=injection: self._inject(i))  # type: ignore[misc]
         self.schedule(self.scenario.start, "schedule", self._tick)
 
@@ -677,7 +678,7 @@ def replay(scenario: Scenario, *, seed: int | None = None, template: Path | None
 # ------------------------------------------------------------------------------------- expectations
 
 
-def _check_jobs_named(scenario: Scenario) -> None:
+def _check_jobs_named(scenario: Scenario, events: Sequence[Injection]) -> None:
     """An expectation about, or an event bound to, a job the scenario never submits is a mistake in the
     scenario (a typo in a name): say so before replaying hours of it, not in its result."""
     names = {name for s in submissions(scenario) for name in (s.name, s.entry)}
@@ -687,10 +688,10 @@ def _check_jobs_named(scenario: Scenario) -> None:
         raise ScenarioError(
             f"scenario {scenario.name}: expect names no job it submits: {', '.join(unknown)} {its_jobs}"
         )
-    bound = sorted({(i.source, i.job) for i in injections(scenario) if i.job is not None and i.job not in names})
+    bound = sorted({(i.source, i.job) for i in events if i.job is not None and i.job not in names})
     if bound:
-        events = ", ".join(f"{source} to {job}" for source, job in bound)
-        raise ScenarioError(f"scenario {scenario.name}: events bound to a job it never submits: {events} {its_jobs}")
+        listed = ", ".join(f"{source} to {job}" for source, job in bound)
+        raise ScenarioError(f"scenario {scenario.name}: events bound to a job it never submits: {listed} {its_jobs}")
 
 
 def _matching(expectation: Expectation, jobs: Sequence[JobReport]) -> list[JobReport]:
