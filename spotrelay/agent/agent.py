@@ -71,11 +71,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -100,19 +99,22 @@ from spotrelay.agent.checkpoints import (
 from spotrelay.agent.imds import ImdsError, InstanceAction, RebalanceRecommendation
 from spotrelay.agent.logs import JobLogger
 from spotrelay.agent.runner import (
+    JobHandle,
     JobRunner,
     JobVanished,
-    RunningJob,
+    Runner,
     container_name,
     job_command,
     job_environment,
 )
 from spotrelay.agent.state import DEFAULT_STATE_DIR, AgentState, NoticeRecord, Outcome, OutcomeKind, StateFile
+from spotrelay.clock import SYSTEM_CLOCK, ClockThread, WaitingClock
 from spotrelay.config import ERROR_CHECKPOINT_CORRUPT, ERROR_JOB_FAILED, ERROR_MIGRATING, ERROR_SPOT_INTERRUPTED
 from spotrelay.control.ports import CheckpointPointer, NotFoundError
 from spotrelay.models import Attempt, Job, JobSpec
 
 _Read = TypeVar("_Read")
+_Result = TypeVar("_Result")
 EXIT_POLL_SECONDS = 0.05  # how often the exit of a signalled job is checked
 OUTPUT_BYTES_PER_TICK = 4 * 1024 * 1024  # the job's output forwarded per poll, at most
 IMDS_ERROR_LOG_SECONDS = 60
@@ -159,7 +161,7 @@ HANDOVER_SAVE_SLACK_SECONDS = 300.0
 @dataclass
 class _DeferredHandover:
     requested_at: datetime
-    deadline: float  # time.monotonic(): hand over by then, unless the job is in the middle of a save
+    deadline: float  # the clock's monotonic(): hand over by then, unless the job is in the middle of a save
     signature: tuple[tuple[str, int, int], ...]  # the checkpoint dir as last seen
     last_scan: float
     changed_at: float | None = None  # when the dir was last seen changing since the request
@@ -228,10 +230,6 @@ class _Interrupted:
     checkpoint: CheckpointResult | None
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class _OutputTail:
     """Forwards the job's new log lines to the agent's log."""
 
@@ -287,8 +285,8 @@ class Agent:
         tokens: TaskTokens,
         metadata: InstanceMetadata,
         settings: AgentSettings | None = None,
-        runner: JobRunner | None = None,
-        clock: Callable[[], datetime] = _utcnow,
+        runner: Runner | None = None,
+        clock: WaitingClock = SYSTEM_CLOCK,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
@@ -297,20 +295,19 @@ class Agent:
         self.tokens = tokens
         self.metadata = metadata
         self.settings = settings or AgentSettings()
-        self.runner = runner or JobRunner()
+        self.runner: Runner = runner or JobRunner()
         self.clock = clock
         self.log = JobLogger(job_id, attempt)
         self.state_file = StateFile(self.settings.state_dir, job_id, attempt)
         self.state = AgentState(job_id=job_id, attempt=attempt)
-        self._state_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._heartbeat_stop = threading.Event()
-        self._heartbeats: threading.Thread | None = None
-        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._state_lock = threading.Lock()  # held for a copy and a file write only, never across a wait
+        self._stop = clock.event()
+        self._heartbeat_stop = clock.event()
+        self._heartbeats: ClockThread | None = None
         self._in_flight: Future[CheckpointResult] | None = None
-        self._in_flight_cancel = threading.Event()
+        self._in_flight_thread: ClockThread | None = None
+        self._in_flight_cancel = clock.event()
         self._next_periodic = 0.0
-        self._record_reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attempt-record")
         self._migrate_read: Future[Attempt] | None = None
         self._next_migrate_read = 0.0
         self._handover: _DeferredHandover | None = None  # a migration waiting for the job's next save
@@ -350,14 +347,15 @@ class Agent:
             state=self.state.checkpoints.model_copy(deep=True),  # the checkpointer's own, saved as snapshots
             persist=self._save_checkpoints,
             refresh_after=self.settings.refresh_after,
-            clock=self.clock,
+            clock=self.clock.now,
+            monotonic=self.clock.monotonic,
         )
         record = self._wait_for_attempt_record()
         if self.state.process is None or record.task_token is None:
             stale = self._stale(job, record)
             if stale is not None:
                 self.log.warning("not starting the job", extra={"reason": stale})
-                outcome = Outcome(kind="stale", cause={"reason": stale}, reported_at=self.clock())
+                outcome = Outcome(kind="stale", cause={"reason": stale}, reported_at=self.clock.now())
                 self._update(outcome=outcome)
                 return AgentResult(outcome=outcome)
         token = record.task_token
@@ -373,8 +371,9 @@ class Agent:
         finally:
             self._stop_heartbeats()
             self._in_flight_cancel.set()
-            self._background.shutdown(wait=True)
-            self._record_reads.shutdown(wait=False, cancel_futures=True)
+            if self._in_flight_thread is not None:
+                self._in_flight_thread.join()  # a cancelled upload stops at its next file
+            # a record read in flight is left to finish on its own: its answer is not needed any more
 
     def _run(self, token: str) -> AgentResult:
         assert self.checkpointer is not None
@@ -399,6 +398,7 @@ class Agent:
                         "checkpoint": f"{manifest.attempt}-{manifest.seq}",
                         "files": len(manifest.files),
                         "bytes": manifest.total_bytes,
+                        "work_done_hours": manifest.work_done_hours,
                     },
                 )
             self.checkpointer.follow_pointer(pointer)
@@ -438,7 +438,7 @@ class Agent:
         not started, the outcome `stale` is kept in the state file and the agent exits 0, so systemd does
         not restart it and a restarted agent does nothing. No record, or no token in time, is an
         AgentError (exit non-zero: systemd restarts the agent)."""
-        deadline = time.monotonic() + self.settings.attempt_record_wait_seconds
+        deadline = self.clock.monotonic() + self.settings.attempt_record_wait_seconds
         standby_since: float | None = None
         assert self.spec is not None
         standby_wait = self.settings.standby_wait_seconds + (
@@ -452,7 +452,7 @@ class Agent:
             if record is not None and (record.task_token or record.outcome is not None):
                 return record
             if record is not None and record.handover_from is not None and standby_since is None:
-                standby_since = time.monotonic()
+                standby_since = self.clock.monotonic()
                 deadline = max(deadline, standby_since + standby_wait)
                 self.log.info(
                     "standby: waiting for the previous attempt's job to be handed over",
@@ -461,7 +461,7 @@ class Agent:
                         "wait_seconds": round(deadline - standby_since, 1),
                     },
                 )
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 if standby_since is not None:
                     raise AgentError(
                         f"standby attempt {self.attempt} of job {self.job_id} was not handed the job "
@@ -501,7 +501,7 @@ class Agent:
                         extra={"checkpoint": f"{pointer.attempt}-{pointer.seq}"},
                     )
                 return
-            remaining = (deadline - self.clock()).total_seconds()
+            remaining = (deadline - self.clock.now()).total_seconds()
             if remaining <= 0:
                 self.log.warning(
                     "the previous attempt committed no final checkpoint in time: restoring the latest there is",
@@ -528,7 +528,7 @@ class Agent:
                 return True  # nothing to wait for: the restore reports it
         return self._finality[pointer.manifest_key]
 
-    def _start_job(self, *, resumed: bool) -> RunningJob:
+    def _start_job(self, *, resumed: bool) -> JobHandle:
         assert self.spec is not None
         assert self.checkpointer is not None
         run = self.spec.run
@@ -549,7 +549,7 @@ class Agent:
             env,
             exit_file=exit_file,
             log_file=log_file,
-            started_at=self.clock(),
+            started_at=self.clock.now(),
             container=container_name(self.job_id, self.attempt) if run.image is not None else None,
         )
         self.log.info(
@@ -560,15 +560,15 @@ class Agent:
 
     # --- while the job runs -------------------------------------------------------------------------
 
-    def _watch(self, job: RunningJob) -> _Exited | _Vanished | _Interrupted:
+    def _watch(self, job: JobHandle) -> _Exited | _Vanished | _Interrupted:
         assert self.spec is not None
         assert self._output is not None
         interval = self.spec.checkpoint.interval_minutes * 60
-        self._next_periodic = time.monotonic() + interval
+        self._next_periodic = self.clock.monotonic() + interval
         pending: str | None = None
         while True:
             if self._collect_background():
-                self._next_periodic = time.monotonic() + interval  # counted from the end of the last one
+                self._next_periodic = self.clock.monotonic() + interval  # counted from the end of the last one
             self._output.forward()
             try:
                 code = job.exit_code()
@@ -580,13 +580,13 @@ class Agent:
                 return _Exited(code)
             action = self._poll_imds(self.metadata.instance_action)
             if action is not None:
-                notice = NoticeRecord(action=action.action, time=action.time, seen_at=self.clock())
+                notice = NoticeRecord(action=action.action, time=action.time, seen_at=self.clock.now())
                 self._update(notice=notice)
                 return self._interrupt(job, notice)
             requested_at = self._handover_due(self._migration_requested())
             if requested_at is not None:
                 notice = NoticeRecord(
-                    action="migrate", time=requested_at.isoformat(), seen_at=self.clock(), reason="migrate"
+                    action="migrate", time=requested_at.isoformat(), seen_at=self.clock.now(), reason="migrate"
                 )
                 self._update(notice=notice)
                 return self._interrupt(job, notice)
@@ -597,7 +597,7 @@ class Agent:
                 )
                 self._update(rebalance_handled=rebalance.notice_time)
                 pending = "rebalance"
-            if pending is None and self._in_flight is None and time.monotonic() >= self._next_periodic:
+            if pending is None and self._in_flight is None and self.clock.monotonic() >= self._next_periodic:
                 pending = "periodic"
             if pending is not None and self._in_flight is None:
                 self._start_background(pending)
@@ -610,7 +610,7 @@ class Agent:
         try:
             return read()
         except ImdsError as e:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if now - self._imds_errors.get(str(e), -IMDS_ERROR_LOG_SECONDS) >= IMDS_ERROR_LOG_SECONDS:
                 self.log.warning("IMDS did not answer", extra={"error": str(e)})
                 self._imds_errors[str(e)] = now
@@ -628,7 +628,7 @@ class Agent:
             if self.spec.checkpoint.grace_seconds > 0:
                 return requested_at
             wait = self.spec.checkpoint.interval_minutes * 60 + HANDOVER_SAVE_SLACK_SECONDS
-            now = time.monotonic()
+            now = self.clock.monotonic()
             self._handover = _DeferredHandover(
                 requested_at=requested_at,
                 deadline=now + wait,
@@ -645,7 +645,7 @@ class Agent:
             self.log.info("the handover request was withdrawn: the job goes on here")
             self._handover = None
             return None
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - handover.last_scan < self.settings.handover_scan_seconds:
             return None
         handover.last_scan = now
@@ -695,25 +695,45 @@ class Agent:
             self._request_withdrawn = record.migrate_requested_at is None
             if record.migrate_requested_at is not None:
                 return record.migrate_requested_at
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if self._migrate_read is None and now >= self._next_migrate_read:
             self._next_migrate_read = now + self.settings.migrate_poll_seconds
-            self._migrate_read = self._record_reads.submit(self.store.get_attempt, self.job_id, self.attempt)
+            self._migrate_read, _ = self._on_thread(
+                "attempt-record", lambda: self.store.get_attempt(self.job_id, self.attempt)
+            )
         return None
+
+    def _on_thread(self, name: str, work: Callable[[], _Result]) -> tuple[Future[_Result], ClockThread]:
+        """Run `work` on a thread of the agent's clock; its result (or exception) in the future."""
+        future: Future[_Result] = Future()
+
+        def run() -> None:
+            try:
+                result = work()
+            except Exception as e:
+                future.set_exception(e)
+            else:
+                future.set_result(result)
+
+        return future, self.clock.start_thread(f"{name} {self.job_id}/{self.attempt}", run)
 
     def _start_background(self, reason: str) -> None:
         assert self.checkpointer is not None
-        self._in_flight_cancel = threading.Event()
+        self._in_flight_cancel = self.clock.event()
         cancel = self._in_flight_cancel
         checkpointer = self.checkpointer
         self.log.info("checkpoint started", extra={"reason": reason})
-        self._in_flight = self._background.submit(lambda: checkpointer.take(reason, cancel=cancel))
+        self._in_flight, self._in_flight_thread = self._on_thread(
+            "checkpoint", lambda: checkpointer.take(reason, cancel=cancel)
+        )
 
     def _collect_background(self, wait: bool = False) -> bool:
         """Log the background checkpoint's result once it is done; True if one finished."""
         future = self._in_flight
         if future is None or (not wait and not future.done()):
             return False
+        if wait and self._in_flight_thread is not None:
+            self._in_flight_thread.join()  # on the clock: the upload's thread needs it to finish
         self._in_flight = None
         try:
             result = future.result()
@@ -755,7 +775,7 @@ class Agent:
 
     # --- the notice ---------------------------------------------------------------------------------
 
-    def _interrupt(self, job: RunningJob, notice: NoticeRecord) -> _Interrupted:
+    def _interrupt(self, job: JobHandle, notice: NoticeRecord) -> _Interrupted:
         assert self.spec is not None
         assert self.checkpointer is not None
         grace = self.spec.checkpoint.grace_seconds
@@ -774,7 +794,8 @@ class Agent:
         ended, code = self._exit_status(job)
         if not ended:
             job.terminate()
-            left = grace - (self.clock() - notice.seen_at).total_seconds()
+            self.log.info("SIGTERM sent to the job", extra={"pid": job.pid})
+            left = grace - (self.clock.now() - notice.seen_at).total_seconds()
             ended, code = self._wait_for_exit(job, left)
             if not ended:
                 self.log.warning("the job did not exit within grace_seconds: SIGKILL", extra={"grace_seconds": grace})
@@ -797,7 +818,7 @@ class Agent:
             self.log.exception("the final checkpoint failed")
             return None
 
-    def _hand_over_as_saved(self, job: RunningJob, notice: NoticeRecord) -> _Interrupted:
+    def _hand_over_as_saved(self, job: JobHandle, notice: NoticeRecord) -> _Interrupted:
         """A job that saves only on its own schedule, handed over right after a save: the final checkpoint
         is taken of the dir as it saved it, and only then is the job killed (a SIGTERM would set it writing,
         and with no grace it would be killed mid-write)."""
@@ -812,22 +833,22 @@ class Agent:
             self._log_checkpoint(result)
         return _Interrupted(notice=notice, exit_code=code, checkpoint=result)
 
-    def _exit_status(self, job: RunningJob) -> tuple[bool, int | None]:
+    def _exit_status(self, job: JobHandle) -> tuple[bool, int | None]:
         try:
             code = job.exit_code()
         except JobVanished:
             return True, None
         return code is not None, code
 
-    def _wait_for_exit(self, job: RunningJob, seconds: float) -> tuple[bool, int | None]:
-        deadline = time.monotonic() + max(0.0, seconds)
+    def _wait_for_exit(self, job: JobHandle, seconds: float) -> tuple[bool, int | None]:
+        deadline = self.clock.monotonic() + max(0.0, seconds)
         while True:
             ended, code = self._exit_status(job)
-            if ended or time.monotonic() >= deadline:
+            if ended or self.clock.monotonic() >= deadline:
                 return ended, code
             if self._output is not None:
                 self._output.forward()  # the job saving at a notice says so as it goes
-            time.sleep(EXIT_POLL_SECONDS)
+            self.clock.sleep(EXIT_POLL_SECONDS)
 
     # --- the report ---------------------------------------------------------------------------------
 
@@ -869,7 +890,12 @@ class Agent:
         else:
             accepted = self.tokens.fail(token, error, json.dumps(cause, sort_keys=True))
         outcome = Outcome(
-            kind=kind, exit_code=exit_code, error=error, cause=cause, token_accepted=accepted, reported_at=self.clock()
+            kind=kind,
+            exit_code=exit_code,
+            error=error,
+            cause=cause,
+            token_accepted=accepted,
+            reported_at=self.clock.now(),
         )
         self._update(outcome=outcome)
         self.log.info(
@@ -882,12 +908,11 @@ class Agent:
 
     def _start_heartbeats(self, token: str) -> None:
         self._heartbeat_stop.clear()
-        self._heartbeats = threading.Thread(target=self._heartbeat_loop, args=(token,), name="heartbeat", daemon=True)
-        self._heartbeats.start()
+        self._heartbeats = self.clock.start_thread("heartbeat", lambda: self._heartbeat_loop(token))
 
     def _stop_heartbeats(self) -> None:
         self._heartbeat_stop.set()
-        if self._heartbeats is not None and self._heartbeats is not threading.current_thread():
+        if self._heartbeats is not None:
             self._heartbeats.join(timeout=30)
 
     def _heartbeat_loop(self, token: str) -> None:

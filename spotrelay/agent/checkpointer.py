@@ -55,6 +55,7 @@ from spotrelay.agent.checkpoints import (
     stat_file,
     verify_dir,
 )
+from spotrelay.clock import ClockEvent
 from spotrelay.control.ports import CheckpointPointer
 from spotrelay.models import CheckpointManifest
 
@@ -62,9 +63,9 @@ from spotrelay.models import CheckpointManifest
 class CheckpointStorage(Protocol):
     """The checkpoint bucket (`spotrelay.aws.checkpoints.S3CheckpointStorage`)."""
 
-    def upload(self, items: Sequence[tuple[Path, str]], cancel: threading.Event | None = None) -> list[str]: ...
+    def upload(self, items: Sequence[tuple[Path, str]], cancel: ClockEvent | None = None) -> list[str]: ...
 
-    def copy(self, items: Sequence[tuple[str, str]], cancel: threading.Event | None = None) -> list[str]: ...
+    def copy(self, items: Sequence[tuple[str, str]], cancel: ClockEvent | None = None) -> list[str]: ...
 
     def download(self, items: Sequence[tuple[str, Path]]) -> None: ...
 
@@ -142,6 +143,7 @@ class Checkpointer:
         persist: Callable[[CheckpointerState], None] = lambda _: None,
         refresh_after: timedelta | None = DEFAULT_REFRESH_AFTER,
         clock: Callable[[], datetime] = _utcnow,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
@@ -152,6 +154,7 @@ class Checkpointer:
         self._persist = persist
         self.refresh_after = refresh_after
         self.clock = clock
+        self.monotonic = monotonic
         self._lock = threading.Lock()
 
     def _save(self) -> None:
@@ -168,11 +171,11 @@ class Checkpointer:
 
     # --- take ---------------------------------------------------------------------------------------
 
-    def take(self, reason: str, *, final: bool = False, cancel: threading.Event | None = None) -> CheckpointResult:
+    def take(self, reason: str, *, final: bool = False, cancel: ClockEvent | None = None) -> CheckpointResult:
         """Upload what changed and commit a checkpoint. A final checkpoint (at a notice, the job
         stopped) is always committed, even if nothing changed, so that whoever waits for this
         attempt's final checkpoint sees it; a periodic one is skipped when nothing changed."""
-        started = time.monotonic()
+        started = self.monotonic()
         with self._lock:
             seq = self.state.next_seq
             index = dict(self.state.files)
@@ -180,7 +183,7 @@ class Checkpointer:
             baseline_work = self.state.work_done_hours
         prefix = checkpoint_prefix(self.job_id, self.attempt, seq)
         progress = read_progress(self.dir)
-        scanned_at_ns = time.time_ns()
+        scanned_at_ns = time.time_ns()  # the kernel's clock, which stamps the mtimes it is compared with
         local = scan_checkpoint_dir(self.dir)
         if not local and not final:
             return CheckpointResult(reason=reason, seq=seq, committed=False, skipped="the checkpoint dir is empty")
@@ -243,7 +246,7 @@ class Checkpointer:
             reused=len(plan.reused),
             total_bytes=manifest.total_bytes,
             work_done_hours=progress,
-            seconds=round(time.monotonic() - started, 3),
+            seconds=round(self.monotonic() - started, 3),
             committed_at=committed_at,
         )
 

@@ -71,6 +71,7 @@ class ImdsClient:
         token_ttl_seconds: int = MAX_TOKEN_TTL_SECONDS,
         timeout_seconds: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
+        opener: urllib.request.OpenerDirector | None = None,
     ) -> None:
         if not 1 <= token_ttl_seconds <= MAX_TOKEN_TTL_SECONDS:
             raise ValueError(f"token TTL must be 1..{MAX_TOKEN_TTL_SECONDS} seconds")
@@ -81,7 +82,8 @@ class ImdsClient:
         self._token: str | None = None
         self._token_fetched_at = 0.0
         # No proxy handler: IMDS is link-local and must never go through a proxy from the environment.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        # `opener`: another transport (the local runtime serves each simulated instance's IMDS in-process).
+        self._opener = opener or urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     # --- the token ----------------------------------------------------------------------------------
 

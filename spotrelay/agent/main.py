@@ -16,7 +16,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -33,6 +32,7 @@ from spotrelay.agent.logs import (
     ship_to_cloudwatch,
 )
 from spotrelay.agent.state import DEFAULT_STATE_DIR
+from spotrelay.clock import SYSTEM_CLOCK, WaitingClock
 from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
 
 if TYPE_CHECKING:
@@ -65,9 +65,11 @@ class IdentityError(Exception):
     pass
 
 
-def identity_from_tags(imds: ImdsClient, wait_seconds: float = IDENTITY_WAIT_SECONDS) -> tuple[str, int]:
+def identity_from_tags(
+    imds: ImdsClient, wait_seconds: float = IDENTITY_WAIT_SECONDS, clock: WaitingClock = SYSTEM_CLOCK
+) -> tuple[str, int]:
     """(job id, attempt) from the instance's tags; retried for a while (IMDS may lag at boot)."""
-    deadline = time.monotonic() + wait_seconds
+    deadline = clock.monotonic() + wait_seconds
     while True:
         problem: str
         try:
@@ -77,9 +79,9 @@ def identity_from_tags(imds: ImdsClient, wait_seconds: float = IDENTITY_WAIT_SEC
             problem = f"instance tags {TAG_JOB_ID}={job_id!r}, {TAG_ATTEMPT}={attempt!r}"
         except ImdsError as e:
             problem = str(e)
-        if time.monotonic() >= deadline:
+        if clock.monotonic() >= deadline:
             raise IdentityError(f"no job identity in IMDS ({problem}); pass --job-id and --attempt")
-        time.sleep(2.0)
+        clock.sleep(2.0)
 
 
 def run_agent(options: AgentOptions) -> int:

@@ -28,6 +28,7 @@ import sys
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
@@ -199,6 +200,40 @@ def _read_exit_file(path: Path) -> int | None:
         return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+class JobHandle(Protocol):
+    """What the agent does with a started job (RunningJob here; a simulated job in a replay)."""
+
+    @property
+    def record(self) -> JobProcess: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    def exit_code(self) -> int | None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+class Runner(Protocol):
+    """The agent's runner port: JobRunner on an instance; spotrelay.local.sim_job in a replay."""
+
+    def start(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        *,
+        exit_file: Path,
+        log_file: Path,
+        started_at: datetime,
+        container: str | None = None,
+        cwd: Path | None = None,
+    ) -> JobHandle: ...
+
+    def attach(self, record: JobProcess) -> JobHandle: ...
 
 
 class JobRunner:

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from s3transfer.subscribers import BaseSubscriber
 
 from spotrelay.agent.checkpoints import CheckpointIntegrityError, TransferCancelled
+from spotrelay.clock import ClockEvent
 from spotrelay.models import CheckpointManifest
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class _Batch:
                 self.completed.append(key)
             self._cv.notify_all()
 
-    def wait(self, cancel: threading.Event | None, tick: float = 0.05) -> bool:
+    def wait(self, cancel: ClockEvent | None, tick: float = 0.05) -> bool:
         """Until every transfer finished (True) or `cancel` is set (False)."""
         with self._cv:
             while len(self.completed) + self.failed < self.total:
@@ -99,7 +100,7 @@ class S3CheckpointStorage:
         self.bucket = bucket
         self.transfer_config = transfer_config or DEFAULT_TRANSFER_CONFIG
 
-    def upload(self, items: Sequence[tuple[Path, str]], cancel: threading.Event | None = None) -> list[str]:
+    def upload(self, items: Sequence[tuple[Path, str]], cancel: ClockEvent | None = None) -> list[str]:
         """Upload local files to keys, in parallel; returns the keys. Raises TransferCancelled when
         `cancel` is set first (the keys finished by then are in it)."""
         return self._run([(key, partial(self._upload_one, path, key)) for path, key in items], cancel)
@@ -110,7 +111,7 @@ class S3CheckpointStorage:
             path.parent.mkdir(parents=True, exist_ok=True)
         self._run([(key, partial(self._download_one, key, path)) for key, path in items], None)
 
-    def copy(self, items: Sequence[tuple[str, str]], cancel: threading.Event | None = None) -> list[str]:
+    def copy(self, items: Sequence[tuple[str, str]], cancel: ClockEvent | None = None) -> list[str]:
         """Server-side copies (source key -> key), multipart for large objects; returns the new keys."""
         return self._run([(key, partial(self._copy_one, source, key)) for source, key in items], cancel)
 
@@ -129,7 +130,7 @@ class S3CheckpointStorage:
     ) -> TransferFuture:
         return manager.copy({"Bucket": self.bucket, "Key": source}, self.bucket, key, subscribers=subscribers)
 
-    def _run(self, submits: Sequence[tuple[str, _Submit]], cancel: threading.Event | None) -> list[str]:
+    def _run(self, submits: Sequence[tuple[str, _Submit]], cancel: ClockEvent | None) -> list[str]:
         if not submits:
             return []
         batch = _Batch(len(submits))

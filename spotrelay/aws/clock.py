@@ -1,10 +1,8 @@
-"""The wall clock, for the Lambda functions (the local runtime swaps in its virtual clock)."""
+"""The wall clock, for the Lambda functions (the local runtime swaps in its virtual clock): the one
+`SystemClock` of spotrelay.clock."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from spotrelay.clock import SystemClock
 
-
-class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
+__all__ = ["SystemClock"]

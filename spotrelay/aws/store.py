@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.exceptions import ClientError
 
+from spotrelay.clock import SYSTEM_CLOCK
 from spotrelay.control.ports import CheckpointPointer, Clock, ConflictError, InstanceRef, NotFoundError
 from spotrelay.models import Attempt, Job, JobState, Pool
 from spotrelay.policy import BlockedPool, PoolObservation
@@ -44,11 +45,6 @@ INSTANCE_REF_TTL = timedelta(days=30)
 EARLY_CANCEL_TTL = timedelta(days=15)  # SQS keeps a message 14 days at most
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CONDITION_FAILED = "ConditionalCheckFailedException"
-
-
-class _SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 def job_key(job_id: str) -> str:
@@ -92,7 +88,7 @@ class DynamoJobStore:
     def __init__(self, table_name: str, client: DynamoDBClient | None = None, *, clock: Clock | None = None) -> None:
         self.table_name = table_name
         self._client = client
-        self._clock: Clock = clock if clock is not None else _SystemClock()
+        self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
 
     @property
     def client(self) -> DynamoDBClient:

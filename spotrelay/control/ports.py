@@ -13,6 +13,7 @@ from typing import Protocol
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
+from spotrelay.clock import Clock as Clock  # the port, re-exported for the core's modules
 from spotrelay.models import Attempt, Job, Pool, PriceQuote
 from spotrelay.policy import BlockedPool, PoolObservation
 
@@ -202,7 +203,3 @@ class JobQueue(Protocol):
 class Wakeup(Protocol):
     def wake_dispatcher(self, reason: str) -> None:
         """Ask the dispatcher to run soon (asynchronously); best effort, the schedule is the safety net."""
-
-
-class Clock(Protocol):
-    def now(self) -> datetime: ...

@@ -42,14 +42,18 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from spotrelay.clock import SystemThread
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_STALL_SECONDS = 180.0
 """How long (real seconds) the driver waits for quiescence before it reports a stall: a deadlock
 detector, generous because a step of a big replay on a loaded 2-core machine (the full test suite on
@@ -62,6 +66,13 @@ class ClockStalled(RuntimeError):
 
 class ClockClosed(RuntimeError):
     """The clock was closed: nothing runs on it any more."""
+
+
+def _span(seconds: float) -> timedelta:
+    """A wait of `seconds`, rounded up to the clock's microsecond: a wait of a fraction of one is one,
+    never none (a waiter that computed a tiny remainder from monotonic() would otherwise spin)."""
+    value = max(0.0, float(seconds))
+    return timedelta(microseconds=math.ceil(value * 1e6)) if value > 0 else timedelta(0)
 
 
 def _aware(when: datetime) -> datetime:
@@ -111,9 +122,10 @@ _SLEEPING, _READY, _RUNNING, _DONE = "sleeping", "ready", "running", "done"
 class _Turn:
     """One claim on the baton: a process waiting to start, or blocked in one wait."""
 
-    __slots__ = ("deadline", "event", "fired", "name", "seq", "state")
+    __slots__ = ("deadline", "event", "fired", "name", "seq", "state", "wakeup")
 
     def __init__(self, seq: int, name: str, state: str, deadline: datetime | None = None) -> None:
+        self.wakeup: threading.Condition | None = None  # its thread waits on this for the baton
         self.seq = seq
         self.name = name
         self.state = state
@@ -146,7 +158,7 @@ class VirtualEvent:
             self._flag = False
 
     def wait(self, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else self._clock.now() + timedelta(seconds=max(0.0, float(timeout)))
+        deadline = None if timeout is None else self._clock.now() + _span(timeout)
         return self._clock._block(name="event", deadline=deadline, event=self)
 
 
@@ -156,7 +168,8 @@ class VirtualClock:
     def __init__(self, start: datetime, *, stall_seconds: float = DEFAULT_STALL_SECONDS) -> None:
         self._now = _aware(start)
         self.stall_seconds = stall_seconds
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # the driver waits on it for quiescence
         self._seq = itertools.count()
         self._sleepers: list[tuple[datetime, int, _Turn]] = []  # heap by (deadline, seq)
         self._ready: deque[_Turn] = deque()
@@ -172,6 +185,16 @@ class VirtualClock:
 
     def event(self) -> VirtualEvent:
         return VirtualEvent(self)
+
+    def monotonic(self) -> float:
+        """Virtual seconds since the epoch: they move only as the clock does (spotrelay.clock.WaitingClock)."""
+        return (self._now - _EPOCH).total_seconds()
+
+    def start_thread(self, name: str, target: Callable[[], None]) -> ClockProcessThread:
+        """Run `target` on a new thread that is a process of this clock: it starts when it is given the
+        baton (in start order) and may wait on the clock like an execution. Called by a process that
+        holds the baton, or by the driver inside `exclusive()`."""
+        return ClockProcessThread(self, name, target)
 
     # --- processes (the moto patches call these) ---------------------------------------------------
 
@@ -201,7 +224,7 @@ class VirtualClock:
             self._grant()
 
     def sleep(self, seconds: float) -> None:
-        self.sleep_until(self.now() + timedelta(seconds=max(0.0, float(seconds))))
+        self.sleep_until(self.now() + _span(seconds))
 
     def sleep_until(self, when: datetime, *, interrupt: ClockEventLike | None = None) -> bool:
         """Block until virtual time reaches `when`, or `interrupt` (a VirtualEvent of this clock) is set.
@@ -325,9 +348,13 @@ class VirtualClock:
             return turn.fired
 
     def _await_turn(self, turn: _Turn) -> None:
-        # Called with the lock held. A closed clock never grants: the thread stays parked.
-        while self._holder is not turn:
-            self._cond.wait()
+        # Called with the lock held. A closed clock never grants: the thread stays parked. Each turn
+        # waits on a condition of its own (on the clock's lock): a grant wakes the one thread it is for,
+        # not every parked one.
+        if self._holder is not turn:
+            turn.wakeup = threading.Condition(self._lock)
+            while self._holder is not turn:
+                turn.wakeup.wait()
         turn.state = _RUNNING
 
     def _fire(self, event: VirtualEvent) -> None:
@@ -345,19 +372,56 @@ class VirtualClock:
         self._ready.append(turn)
 
     def _grant(self) -> None:
-        # Called with the lock held.
+        # Called with the lock held: the baton to the next ready turn (its thread alone is woken), or,
+        # with none ready, the driver is told the clock is quiescent.
         if self._holder is None and not self._closed:
             while self._ready:
                 turn = self._ready.popleft()
                 if turn.state == _READY:
                     self._holder = turn
                     self.wakeups += 1
+                    if turn.wakeup is not None:
+                        turn.wakeup.notify()
                     break
-        self._cond.notify_all()
+        if self._holder is None or self._closed:
+            self._cond.notify_all()
 
     def _drop_stale_sleepers(self) -> None:
         while self._sleepers and self._sleepers[0][2].state != _SLEEPING:
             heapq.heappop(self._sleepers)
+
+
+class ClockProcessThread:
+    """A thread that runs as a process of a VirtualClock (`VirtualClock.start_thread`). `join(timeout)`
+    waits on the clock, so only another process of the clock may join it."""
+
+    def __init__(self, clock: VirtualClock, name: str, target: Callable[[], None]) -> None:
+        self._done = clock.event()
+        self._name = name
+        turn = clock.spawn(name)
+
+        def run() -> None:
+            clock.begin(turn)
+            try:
+                target()
+            finally:
+                self._done.set()
+                clock.end(turn)
+
+        self._thread = threading.Thread(target=run, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def is_alive(self) -> bool:
+        return not self._done.is_set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        if self._thread is threading.current_thread():
+            return False  # a thread never waits for itself
+        return self._done.wait(timeout)
 
 
 # ---------------------------------------------------------------------------------- scaled wall clock
@@ -403,6 +467,12 @@ class WallClock:
 
     def event(self) -> WallEvent:
         return WallEvent(self)
+
+    def monotonic(self) -> float:
+        return (self.now() - _EPOCH).total_seconds()
+
+    def start_thread(self, name: str, target: Callable[[], None]) -> SystemThread:
+        return SystemThread(name, target)
 
     def sleep(self, seconds: float) -> None:
         self.sleep_until(self.now() + timedelta(seconds=max(0.0, float(seconds))))

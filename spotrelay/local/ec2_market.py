@@ -319,6 +319,12 @@ class Ec2Market:
         self._launched = threading.Condition(self._lock)
         self._by_token: dict[tuple[str, str, str], tuple[Any, tuple[Any, ...]]] = {}
         self._fleets_by_token: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {}
+        self.terminate_listeners: list[Callable[[Sequence[str]], None]] = []  # told of every TerminateInstances
+
+    def terminated(self, instance_ids: Sequence[str]) -> None:
+        """TerminateInstances went through for these instances (whoever called it)."""
+        for listener in list(self.terminate_listeners):
+            listener(list(instance_ids))
 
     # --- queries the replay uses -------------------------------------------------------------------
 

@@ -270,6 +270,12 @@ EXPECTED: tuple[Expected, ...] = (
         ("iam_policy = IAMPolicy(self.policy.decode())",),
     ),
     Expected(InstanceResponse, "run_instances", "(self) -> moto.core.responses.ActionResult"),
+    Expected(  # the market tells the replay's instances when the control plane terminates them
+        InstanceResponse,
+        "terminate_instances",
+        "(self) -> moto.core.responses.ActionResult",
+        ('instance_ids = self._get_param("InstanceIds", [])',),
+    ),
     Expected(SpotInstances, "describe_spot_price_history", "(self) -> moto.core.responses.ActionResult"),
     Expected(Fleets, "create_fleet", "(self) -> moto.core.responses.ActionResult"),
     Expected(  # the market records an instant fleet as moto does, with a zero target (no launch of moto's)
@@ -858,6 +864,15 @@ def _patch_ec2(patcher: _Patcher, market: Ec2Market) -> None:
         return market.run_instances(self, original_run)
 
     patcher.replace(InstanceResponse, "run_instances", run_instances)
+    original_terminate: Callable[[Any], Any] = patcher.original(InstanceResponse, "terminate_instances")
+
+    def terminate_instances(self: InstanceResponse) -> Any:
+        instance_ids = [str(i) for i in self._get_param("InstanceIds", [])]
+        result = original_terminate(self)
+        market.terminated(instance_ids)
+        return result
+
+    patcher.replace(InstanceResponse, "terminate_instances", terminate_instances)
 
     def create_fleet(self: Fleets) -> Any:
         return market.create_fleet(self)

@@ -11,12 +11,12 @@ What the replay does (and AWS would):
 - sends each job's JSON to the job queue at its time; one minute later the queue-depth alarm goes to
   ALARM (its `CloudWatch Alarm State Change` event, in the recorded shape), and back to OK once the
   queue is empty; the safety-net schedule fires every 5 minutes of virtual time (dispatch + reconcile);
-- starts a simulated worker (spotrelay.local.workers) for every instance the market lets Launch start:
-  `running` state change, checkpoints into moto S3 through the agent's checkpointer, heartbeats, and
-  SendTaskSuccess when the work is done;
+- runs the real worker agent on every instance the market lets Launch start (spotrelay.local.workers):
+  `running` state change, IMDS for the instance, the agent's restore, periodic checkpoints into moto S3,
+  heartbeats, and its report on the task token; the job is a simulated process (spotrelay.local.sim_job);
 - interrupts as the market says (`SpotMarket.interruption_time`: the pool's capacity goes, or its price
-  rises above the launch's MaxPrice): the interruption warning two minutes before, the worker's final
-  checkpoint and SendTaskFailure, the `terminated` state change at that time;
+  rises above the launch's MaxPrice): the interruption warning two minutes before (EventBridge and the
+  instance's IMDS), the agent's final checkpoint and SendTaskFailure, the `terminated` state change then;
 - injects the scenario's recorded events at their times, bound to the named job's attempt (its
   `detail.instance-id` and instance ARN replaced); an injected warning, rebalance or termination acts
   on the simulated worker as it would on a real instance.
@@ -64,6 +64,7 @@ from spotrelay.control.ports import NotFoundError
 from spotrelay.local.clock import DEFAULT_STALL_SECONDS, VirtualClock
 from spotrelay.local.deploy import LocalStack
 from spotrelay.local.ec2_market import Launch
+from spotrelay.local.imds import InstanceMetadataService
 from spotrelay.local.lambdas import REPO_ROOT
 from spotrelay.local.runtime import LocalRuntime
 from spotrelay.local.scenario import (
@@ -75,7 +76,7 @@ from spotrelay.local.scenario import (
     injections,
     submissions,
 )
-from spotrelay.local.workers import SimulatedWorker
+from spotrelay.local.workers import AgentLogbook, InstanceWorker
 from spotrelay.market import from_scenario_market
 from spotrelay.models import Attempt, Job, JobState
 
@@ -127,6 +128,8 @@ class AttemptReport:
     end: datetime | None
     outcome: str | None
     hourly_price: float
+    agent: tuple[dict[str, Any], ...] = ()  # what the instance's agent did, and when (InstanceWorker.summary)
+    notice_to_final_checkpoint_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,6 +139,8 @@ class AttemptReport:
             "start": iso(self.start),
             "end": iso(self.end) if self.end is not None else None,
             "outcome": self.outcome,
+            "notice_to_final_checkpoint_seconds": self.notice_to_final_checkpoint_seconds,
+            "agent": list(self.agent),
         }
 
 
@@ -260,8 +265,11 @@ class Replay:
         self._timeline: list[TimelineEntry] = []
         self.jobs: dict[str, TrackedJob] = {}  # by name
         self._by_id: dict[str, TrackedJob] = {}
-        self.workers: dict[str, SimulatedWorker] = {}  # by instance id
-        self._workers_by_attempt: dict[tuple[str, int], SimulatedWorker] = {}
+        self.workers: dict[str, InstanceWorker] = {}  # by instance id
+        self._workers_by_attempt: dict[tuple[str, int], InstanceWorker] = {}
+        self.imds = InstanceMetadataService(self.clock)
+        self.region = scenario.region
+        self.logbook = AgentLogbook(self.clock)
         self._seen_launches = 0
         self._seen_refusals = 0
         self._seen_invocations = 0
@@ -361,7 +369,7 @@ class Replay:
 
     def _inject(self, injection: Injection) -> None:
         event = copy.deepcopy(injection.event)
-        worker: SimulatedWorker | None = None
+        worker: InstanceWorker | None = None
         if injection.job is not None:
             tracked = self.jobs.get(injection.job)
             worker = (
@@ -391,6 +399,13 @@ class Replay:
             worker.rebalance()
         elif kind == "EC2 Instance State-change Notification" and detail.get("state") in _GONE:
             worker.lost()
+
+    def _terminated(self, instance_ids: Sequence[str]) -> None:
+        """TerminateInstances went through (the control plane's, or the replay's own at a notice's end)."""
+        for instance_id in instance_ids:
+            worker = self.workers.get(instance_id)
+            if worker is not None:
+                worker.terminated_by_control_plane()
 
     # --- observing the system ----------------------------------------------------------------------
 
@@ -455,19 +470,24 @@ class Replay:
         if launch.spot_price is not None:
             t = self.market.interruption_time(launch.pool, self.market.to_hours(launch.at), launch.max_price)
             interruption = self.market.to_datetime(t) if t is not None else None
-        worker = SimulatedWorker(
+        name = tracked.submission.name
+        worker = InstanceWorker(
             host=self,
             launch=launch,
             job_id=job_id,
-            job_name=tracked.submission.name,
+            job_name=name,
             attempt=attempt,
+            spec=spec,
             work_hours=spec.work_hours or DEFAULT_WORK_HOURS,
-            interval=timedelta(minutes=spec.checkpoint.interval_minutes),
-            grace_seconds=spec.checkpoint.grace_seconds,
             interruption_at=interruption,
+            scenario_start=self.scenario.start,
+            faults=[
+                f for f in self.scenario.faults if f.attempt == attempt and f.job in {name, tracked.submission.entry}
+            ],
         )
         self.workers[launch.instance_id] = worker
         self._workers_by_attempt[(job_id, attempt)] = worker
+        self.logbook.workers[(job_id, attempt)] = worker
         price = f", ${launch.spot_price:.3f}/h" if launch.spot_price is not None else ""
         verb = "placed on" if attempt == 1 else f"relaunched (attempt {attempt}) on"
         try:
@@ -529,8 +549,11 @@ class Replay:
             _offline_environment(),
             tempfile.TemporaryDirectory(prefix="spotrelay-replay-") as scratch,
             LocalRuntime(clock=self.clock, market=self.market, region=self.scenario.region, seed=self.seed) as runtime,
+            self.logbook,
         ):
             self.runtime = runtime
+            assert runtime.market is not None
+            runtime.market.terminate_listeners.append(self._terminated)
             self.stack: LocalStack = runtime.deploy(self.template)
             self.store = DynamoJobStore(self.stack.table_name, runtime.dynamodb)
             self.storage = S3CheckpointStorage(runtime.s3, self.stack.bucket_name)
@@ -612,7 +635,7 @@ class Replay:
             refusals=self._seen_refusals,
             events_injected=self._events_injected,
             lambda_invocations=len(self.runtime.lambdas.invocations),
-            checkpoints=sum(len(w.checkpoints) for w in self.workers.values()),
+            checkpoints=sum(w.checkpoints for w in self.workers.values()),
         )
         result.expectations = [check(e, result, self._attempt_spans()) for e in self.scenario.expect]
         return result
@@ -656,6 +679,10 @@ class Replay:
                     end=a.ended_at,
                     outcome=str(a.outcome) if a.outcome is not None else None,
                     hourly_price=a.hourly_price,
+                    agent=tuple(worker.summary())
+                    if (worker := self._workers_by_attempt.get((tracked.job_id, a.attempt)))
+                    else (),
+                    notice_to_final_checkpoint_seconds=worker.final_checkpoint_seconds if worker else None,
                 )
                 for a in attempts
             ),
@@ -751,6 +778,18 @@ def _problems(e: Expectation, job: JobReport) -> list[str]:
         else:
             waited = (job.attempts[0].start - job.submitted_at).total_seconds() / 3600
             bound(waited <= e.max_wait + 1e-9, f"waited {waited:.2f} h > {e.max_wait:g} h for its first launch")
+    if e.max_notice_to_checkpoint_seconds is not None:
+        for number, a in enumerate(job.attempts, start=1):
+            took = a.notice_to_final_checkpoint_seconds
+            noticed = any(event["event"] == "notice" for event in a.agent)
+            if noticed and took is None:
+                problems.append(f"attempt {number}: no final checkpoint after the notice")
+            elif took is not None:
+                bound(
+                    took <= e.max_notice_to_checkpoint_seconds,
+                    f"attempt {number}: final checkpoint {took:.0f} s after the notice > "
+                    f"{e.max_notice_to_checkpoint_seconds:g} s",
+                )
     if e.finished_within is not None:
         if job.ended_at is None:
             problems.append("not finished")

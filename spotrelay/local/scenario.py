@@ -39,6 +39,7 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from spotrelay.local.faults import Fault
 from spotrelay.market import MarketSpec, parse_duration
 from spotrelay.models import JobState, Market
 
@@ -116,6 +117,9 @@ class Expectation(_Spec):
     max_wait: Hours | None = Field(default=None, description="from submission to the first launch")
     finished_within: Hours | None = Field(default=None, description="from submission to the end")
     max_running_instances: int | None = Field(default=None, description="scenario-wide: instances at once")
+    max_notice_to_checkpoint_seconds: float | None = Field(
+        default=None, gt=0, description="from a spot notice to the agent's committed final checkpoint, per attempt"
+    )
 
 
 def _events_list(value: object) -> object:
@@ -133,6 +137,7 @@ class Scenario(_Spec):
     market: MarketSpec = MarketSpec()
     jobs: list[JobEntry] = []
     events: Annotated[list[EventEntry], BeforeValidator(_events_list)] = []
+    faults: list[Fault] = Field(default=[], description="spotrelay.local.faults: agent, IMDS, S3 and job faults")
     expect: list[Expectation] = []
     base_dir: Path = Field(default=Path("."), exclude=True)
 

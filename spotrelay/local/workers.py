@@ -1,71 +1,61 @@
-"""Simulated workers: what runs on each instance the market starts, on the virtual clock.
+"""The instances of a replay: each runs the real worker agent (`Agent.run`) on the virtual clock.
 
-A worker plays the instance and its agent for one attempt:
+For every instance the market lets Launch start, an `InstanceWorker` plays the machine:
 
-    launch  --boot-->  `running` state change (EventBridge), the agent starts:
-                       restore the pointer's checkpoint (the real `Checkpointer.restore`, verified)
-    every checkpoint.interval_minutes: the simulated job writes its checkpoint dir (a small state
-                       file and the progress file), the agent takes a periodic checkpoint (the real
-                       `Checkpointer.take`: data, manifest, then the conditional pointer, into moto)
-    every HEARTBEAT:   SendTaskHeartbeat on the attempt's task token (the real `StepFunctionsTaskTokens`)
-    work done:         SendTaskSuccess {"exit_code": 0}; the instance is terminated by Finalize
-                       (its `terminated` state change follows)
-    a notice:          the job stops (SIGTERM) within its grace, the final checkpoint is committed
-                       (final=True), SendTaskFailure SpotInterrupted; the instance ends 2 minutes
-                       after the notice (`terminated` state change)
-    a rebalance:       a checkpoint now
-    a migration:       make-before-break. The control plane launches the spot instance first, as a
-                       standby attempt (`handover_from` set, no task token); its worker boots, says
-                       `running` and reads its attempt record every STANDBY_POLL while the old instance
-                       keeps working. Seeing the standby running, the control plane sets
-                       `migrate_requested_at` on the old attempt; at its next heartbeat or periodic
-                       checkpoint the old worker reads its record (a job given no grace at a notice
-                       only right after a periodic save) and stops as at a notice: the final
-                       checkpoint (final=True), SendTaskFailure Migrating. Recover terminates the old
-                       instance (its `terminated` state change follows; the market's two minutes do not
-                       apply) and Launch writes the next Run task's token into the standby's record: at
-                       its next read the standby restores the pointer's checkpoint (the old attempt's
-                       final one) and runs the job from there. A standby whose record is closed, or that
-                       gets no token within STANDBY_WAIT, stops reading and does nothing more (the
-                       control plane terminates its instance)
+    launch  --BOOT-->  `running` state change (EventBridge); its IMDS answers (spotrelay.local.imds);
+                       the agent starts, as systemd starts `spotrelay agent` on EC2
+    the agent          the real `spotrelay.agent.Agent`, with the replay's DynamoDB, S3 and Step
+                       Functions clients (moto), the instance's IMDS through the real `ImdsClient`, and
+                       the simulated job (spotrelay.local.sim_job) behind its runner port; its loop, its
+                       heartbeat and checkpoint threads are processes of the virtual clock
+    a notice           the market (its pool's capacity goes, or the price rises above the launch's
+                       MaxPrice) or an injected warning: `spot/instance-action` in IMDS (and the
+                       warning on EventBridge when the market sends it); the instance is terminated
+                       two minutes later (its `terminated` state change), whatever the agent did
+    a rebalance        `events/recommendations/rebalance` in IMDS
+    TerminateInstances by the control plane (Finalize, Recover, cancel, reconcile): the instance is
+                       gone at once, its `terminated` state change 30 s later
+    an injected `terminated`/`stopping`: the instance is gone, with no notice
 
-Progress is `relative_speed` of the instance's GPU (spotrelay.catalog) reference-GPU hours per hour
-of running. What is real: every AWS call the agent makes and its checkpoint code. What is not: the
-agent's own loop (`spotrelay.agent.agent.Agent`) polls IMDS and heartbeats on threads in real time,
-which the virtual clock cannot own, so the worker calls the agent's pieces (checkpointer, task
-tokens) itself at the times the loop would.
+A gone instance's agent and job stop where they are: their next wait on the clock ends their threads.
+What the agent does is read from its own log lines (`AgentLogbook`) and its task-token calls, and
+reported per attempt (`InstanceWorker.events`). Faults (spotrelay.local.faults) act on the agent, the
+IMDS, the S3 client and the job of one attempt.
+
+What is simulated: the machine (boot time, termination), IMDS, the user's job (a clock process that
+writes real files in the checkpoint dir), and time. What is real: the agent, its checkpoint code and
+every AWS call it makes (to moto).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from spotrelay.agent.agent import STANDBY_WAIT_SECONDS
-from spotrelay.agent.checkpointer import Checkpointer, CheckpointResult
-from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME
+from spotrelay.agent.agent import Agent, AgentError, AgentSettings
+from spotrelay.agent.imds import ImdsClient
+from spotrelay.agent.logs import LOGGER_NAME
 from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.catalog import INSTANCE_TYPES, relative_speed
-from spotrelay.config import ERROR_MIGRATING, ERROR_SPOT_INTERRUPTED
-from spotrelay.control.ports import NotFoundError
+from spotrelay.clock import ClockEvent, ClockThread
+from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
+from spotrelay.local.clock import VirtualClock
 from spotrelay.local.ec2_market import Launch
-from spotrelay.models import Attempt, Market
+from spotrelay.local.faults import Fault, FaultKind, FaultyStorage
+from spotrelay.local.imds import ENDPOINT, ImdsFault, InstanceMetadataService
+from spotrelay.local.sim_job import STEP_SAVE_SECONDS, STOP_SECONDS, JobBehaviour, SimulatedJobRunner
+from spotrelay.models import JobSpec, Market
 
 BOOT = timedelta(seconds=60)  # launch -> `running`
-HEARTBEAT = timedelta(minutes=10)  # within the stack's HeartbeatSeconds (900 s)
 NOTICE = timedelta(minutes=2)  # interruption warning -> termination
-JOB_STOP_SECONDS = 20  # the simulated job stops this long after SIGTERM (at most its grace)
-TERMINATED_AFTER_EXIT = timedelta(seconds=30)  # Finalize's (or Recover's) TerminateInstances -> `terminated`
-STANDBY_POLL = timedelta(seconds=60)  # a standby's agent reads its attempt record for the task token
-STANDBY_WAIT = timedelta(seconds=STANDBY_WAIT_SECONDS)  # then it gives up (the control plane terminates it)
-STATE_FILE = "state.json"
+TERMINATED_AFTER = timedelta(seconds=30)  # TerminateInstances -> the `terminated` state change
 
 
 class WorkerHost(Protocol):
@@ -75,6 +65,9 @@ class WorkerHost(Protocol):
     storage: S3CheckpointStorage
     tokens: StepFunctionsTaskTokens
     checkpoint_root: Path
+    clock: VirtualClock
+    imds: InstanceMetadataService
+    region: str
 
     def now(self) -> datetime: ...
 
@@ -87,26 +80,192 @@ class WorkerHost(Protocol):
     def note(self, job: str, text: str, when: datetime | None = None) -> None: ...
 
 
+# --- the instance's clock: the virtual clock, until the instance (or its agent) is gone ----------
+
+
+class Gone(BaseException):
+    """The instance (or the agent process) is gone: its threads end at their next wait.
+    A BaseException, so that the agent's `except Exception` never takes it for an error of its own."""
+
+
 @dataclass
-class SimulatedWorker:
+class _Life:
+    alive: bool = True
+
+
+class _MortalEvent:
+    def __init__(self, inner: ClockEvent, clock: MortalClock) -> None:
+        self._inner = inner
+        self._clock = clock
+
+    def is_set(self) -> bool:
+        return self._inner.is_set()
+
+    def set(self) -> None:
+        self._inner.set()
+
+    def clear(self) -> None:
+        self._inner.clear()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._clock.check()
+        fired = self._inner.wait(timeout)
+        self._clock.check()
+        return fired
+
+
+class MortalClock:
+    """The virtual clock as one process group on an instance sees it (spotrelay.clock.WaitingClock):
+    once any of its lives ends (the instance, the agent process), a wait raises Gone."""
+
+    def __init__(self, clock: VirtualClock, *lives: _Life) -> None:
+        self._clock = clock
+        self._lives = lives
+
+    def check(self) -> None:
+        if not all(life.alive for life in self._lives):
+            raise Gone
+
+    def now(self) -> datetime:
+        return self._clock.now()
+
+    def monotonic(self) -> float:
+        return self._clock.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self.check()
+        self._clock.sleep(seconds)
+        self.check()
+
+    def event(self) -> ClockEvent:
+        return _MortalEvent(self._clock.event(), self)
+
+    def start_thread(self, name: str, target: Callable[[], None]) -> ClockThread:
+        def run() -> None:
+            with contextlib.suppress(Gone):
+                target()
+
+        return self._clock.start_thread(name, run)
+
+
+# --- what the agent did ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    at: datetime
+    event: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at.strftime("%Y-%m-%dT%H:%M:%SZ"), "event": self.event, **self.details}
+
+
+def _pick(record: logging.LogRecord, *names: str) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in names if getattr(record, name, None) is not None}
+
+
+# The agent's log lines that say what it did (message -> event and the fields it keeps)
+_AGENT_LINES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "checkpoint restored": ("restored", ("checkpoint", "files", "bytes", "work_done_hours")),
+    "job started": ("job-started", ("resumed",)),
+    "re-attached to the running job": ("reattached", ("stopping_for",)),
+    "rebalance recommendation: checkpointing early": ("rebalance-seen", ("notice_time",)),
+    "spot interruption notice: stopping the job and checkpointing": ("notice-seen", ("action_time", "grace_seconds")),
+    "migration back to spot requested: stopping the job and checkpointing": ("migrate-seen", ("requested_at",)),
+    "SIGTERM sent to the job": ("sigterm", ()),
+    "the job did not exit within grace_seconds: SIGKILL": ("sigkill", ("grace_seconds",)),
+    "the job has stopped": ("job-stopped", ("exit_code",)),
+    "checkpoint failed; the next one will try again": ("checkpoint-failed", ()),
+    "the final checkpoint failed": ("checkpoint-failed", ()),
+    "checkpoint dropped": ("checkpoint-dropped", ("reason",)),
+    "IMDS did not answer": ("imds-unanswered", ("error",)),
+    "heartbeat failed": ("heartbeat-failed", ("error",)),
+    "not starting the job": ("not-started", ("reason",)),
+    "agent stopped; the job keeps running and the next agent re-attaches": ("agent-stopped", ()),
+}
+
+
+class AgentLogbook(logging.Handler):
+    """Takes the agents' log lines during a replay (instead of stdout) and hands each to its worker,
+    stamped with virtual time (the line is logged by a process holding the clock's baton)."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__(logging.INFO)
+        self.clock = clock
+        self.workers: dict[tuple[str, int], InstanceWorker] = {}
+        self._saved: tuple[list[logging.Handler], bool, int] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        worker = self.workers.get((str(getattr(record, "job_id", "")), int(getattr(record, "attempt", 0) or 0)))
+        if worker is not None:
+            worker.on_log(record, self.clock.now())
+
+    def __enter__(self) -> AgentLogbook:
+        logger = logging.getLogger(LOGGER_NAME)
+        self._saved = (list(logger.handlers), logger.propagate, logger.level)
+        logger.handlers[:] = [self]
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = logging.getLogger(LOGGER_NAME)
+        assert self._saved is not None
+        logger.handlers[:], logger.propagate, level = self._saved
+        logger.setLevel(level)
+
+
+class CountingTokens:
+    """The agent's task-token port (the real Step Functions client), counting what it sends."""
+
+    def __init__(self, inner: StepFunctionsTaskTokens, worker: InstanceWorker) -> None:
+        self.inner = inner
+        self.worker = worker
+
+    def heartbeat(self, task_token: str) -> bool:
+        self.worker.heartbeats += 1
+        self.worker.last_heartbeat = self.worker.host.now()
+        return self.inner.heartbeat(task_token)
+
+    def succeed(self, task_token: str, output: dict[str, Any]) -> bool:
+        accepted = self.inner.succeed(task_token, output)
+        self.worker.record("task-success", accepted=accepted)
+        return accepted
+
+    def fail(self, task_token: str, error: str, cause: str) -> bool:
+        accepted = self.inner.fail(task_token, error, cause)
+        self.worker.record("task-failure", error=error, accepted=accepted)
+        return accepted
+
+
+# --- the instance ------------------------------------------------------------------------------------
+
+
+@dataclass
+class InstanceWorker:
     host: WorkerHost
     launch: Launch
     job_id: str
     job_name: str
     attempt: int
+    spec: JobSpec
     work_hours: float
-    interval: timedelta
-    grace_seconds: int
     interruption_at: datetime | None  # when the market takes the instance back (None: never)
-    state: str = "booting"  # booting | standby (running, no job yet) | running | stopping | gone
-    running_at: datetime | None = None  # the instance's `running`
-    job_started_at: datetime | None = None  # the job's start: `running`, or a standby's handover
-    work_at_start: float = 0.0
-    token: str | None = None
-    checkpointer: Checkpointer | None = None
-    checkpoints: list[CheckpointResult] = field(default_factory=list)
-    outcome: str | None = None
-    handover_deferred: bool = False  # a migration waits for the job's next save (no grace at a notice)
+    scenario_start: datetime
+    faults: list[Fault] = field(default_factory=list)
+    state: str = "booting"  # booting | running | gone
+    events: list[AgentEvent] = field(default_factory=list)
+    heartbeats: int = 0
+    last_heartbeat: datetime | None = None
+    outcome: str | None = None  # the agent's outcome kind, or what ended the instance
+    notice_at: datetime | None = None
+    notice_seen_at: datetime | None = None
+    final_checkpoint_seconds: float | None = None  # from the notice (as IMDS gave it) to the final commit
+    checkpoints: int = 0
+    _instance: _Life = field(default_factory=_Life)
+    _agent_life: _Life | None = None
+    _runner: SimulatedJobRunner | None = None
 
     @property
     def instance_id(self) -> str:
@@ -116,6 +275,13 @@ class SimulatedWorker:
     def speed(self) -> float:
         return relative_speed(INSTANCE_TYPES[self.launch.pool.instance_type])
 
+    @property
+    def directory(self) -> Path:
+        return self.host.checkpoint_root / self.instance_id
+
+    def record(self, event: str, **details: Any) -> None:
+        self.events.append(AgentEvent(self.host.now(), event, details))
+
     # --- lifecycle -----------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -123,238 +289,223 @@ class SimulatedWorker:
         if self.interruption_at is not None and self.launch.pool.market is Market.SPOT:
             warning = max(self.launch.at, self.interruption_at - NOTICE)
             self.host.schedule(warning, f"{self.instance_id} notice", lambda: self.notice("market"))
+        for fault in self.faults:
+            at = self.host.now() if fault.at <= 0 else self._when(fault.at)
+            if fault.kind is FaultKind.AGENT_DIES:
+                self.host.schedule(at, f"{self.instance_id} agent dies", self._agent_dies)
+            elif fault.kind is FaultKind.AGENT_RESTARTS:
+                assert fault.after is not None
+                back = at + timedelta(hours=fault.after)
+                self.host.schedule(at, f"{self.instance_id} agent dies", self._agent_dies)
+                self.host.schedule(back, f"{self.instance_id} agent restarts", self._agent_restarts)
 
-    def work_done(self, when: datetime) -> float:
-        if self.job_started_at is None or when <= self.job_started_at:
-            return self.work_at_start
-        hours = (when - self.job_started_at).total_seconds() / 3600
-        return min(self.work_hours, self.work_at_start + hours * self.speed)
+    @property
+    def start_monotonic(self) -> float:
+        """The scenario's start on the clock's monotonic() seconds (fault times count from it)."""
+        return self.scenario_start.timestamp()
+
+    def _when(self, hours: float) -> datetime:
+        return self.scenario_start + timedelta(hours=hours)
 
     def _running(self) -> None:
         if self.state != "booting":
             return
-        self.host.emit("running", self.instance_id)
-        self.running_at = self.host.now()
-        record = self.host.store.get_attempt(self.job_id, self.attempt)
-        if record.handover_from is not None and record.task_token is None:
-            self.state = "standby"
-            waiting = f"waiting for attempt {record.handover_from}'s job to be handed over"
-            self.host.note(self.job_name, f"attempt {self.attempt} on standby: {waiting}")
-            self._await_handover(record)
-            return
-        self._start_job(record.task_token)
-
-    def _await_handover(self, record: Attempt | None = None) -> None:
-        """A standby's agent: its attempt record (read now, then every STANDBY_POLL) until Launch writes
-        the Run task's token into it; closed by the control plane, or no token within STANDBY_WAIT of
-        `running`: it stops reading and does nothing more."""
-        if self.state != "standby":
-            return  # a notice (stopping) or a loss (gone) came first
-        now = self.host.now()
-        if record is None:
-            record = self.host.store.get_attempt(self.job_id, self.attempt)
-        if record.task_token is not None:
-            self._start_job(record.task_token)
-            return
-        assert self.running_at is not None
-        if record.outcome is not None or now - self.running_at >= STANDBY_WAIT:
-            why = f"attempt closed: {record.outcome}" if record.outcome is not None else "no task token in time"
-            self.host.note(self.job_name, f"attempt {self.attempt}: standby never handed the job ({why}); agent stops")
-            self.state = "gone"
-            self.outcome = "abandoned"
-            return
-        self._next_tick(now + STANDBY_POLL, self._await_handover)
-
-    def _start_job(self, token: str | None) -> None:
-        """The agent has its task token: restore the pointer's checkpoint, run the job from there."""
-        now = self.host.now()
         self.state = "running"
-        self.job_started_at = now
-        self.token = token
-        self.checkpointer = Checkpointer(
+        self.host.emit("running", self.instance_id)
+        pool = self.launch.pool
+        self.host.imds.register(
+            self.instance_id,
+            instance_type=pool.instance_type,
+            availability_zone=pool.availability_zone,
+            region=self.host.region,
+            tags={TAG_JOB_ID: self.job_id, TAG_ATTEMPT: str(self.attempt)},
+        )
+        for fault in self.faults:
+            begin, end = fault.window(self.start_monotonic)
+            if fault.kind is FaultKind.IMDS_SLOW:
+                self.host.imds.add_fault(self.instance_id, ImdsFault(begin, end, delay_seconds=fault.seconds or 0.0))
+            elif fault.kind is FaultKind.IMDS_ERROR:
+                self.host.imds.add_fault(self.instance_id, ImdsFault(begin, end, status=fault.status))
+        self._runner = SimulatedJobRunner(MortalClock(self.host.clock, self._instance), self._behaviour())
+        self._start_agent()
+
+    def _behaviour(self) -> JobBehaviour:
+        grace = self.spec.checkpoint.grace_seconds
+        crash = next((f for f in self.faults if f.kind is FaultKind.JOB_CRASH), None)
+        hang = next((f for f in self.faults if f.kind is FaultKind.JOB_HANG), None)
+        return JobBehaviour(
+            work_hours=self.work_hours,
+            speed=self.speed,
+            # a job given no grace at a notice saves only on its own schedule: its checkpoint interval
+            save_seconds=STEP_SAVE_SECONDS if grace > 0 else self.spec.checkpoint.interval_minutes * 60,
+            stop_seconds=min(STOP_SECONDS, float(grace)),
+            crash_at=crash.window(self.start_monotonic)[0] if crash is not None else None,
+            crash_exit_code=crash.exit_code if crash is not None else 1,
+            hang_at=hang.window(self.start_monotonic)[0] if hang is not None else None,
+            ignore_sigterm=any(f.kind is FaultKind.IGNORE_SIGTERM for f in self.faults),
+        )
+
+    def _start_agent(self) -> None:
+        """`spotrelay agent` starts (systemd): a new agent process, on a new life of its own."""
+        assert self._runner is not None
+        life = _Life()
+        self._agent_life = life
+        clock = MortalClock(self.host.clock, self._instance, life)
+        windows = [
+            (f.kind, *f.window(self.start_monotonic), f.seconds or 0.0)
+            for f in self.faults
+            if f.kind in {FaultKind.S3_FAIL, FaultKind.S3_STALL}
+        ]
+        storage = FaultyStorage(self.host.storage, clock, windows) if windows else self.host.storage
+        agent = Agent(
             job_id=self.job_id,
             attempt=self.attempt,
-            checkpoint_dir=self.host.checkpoint_root / self.job_id / str(self.attempt),
-            storage=self.host.storage,
-            pointers=self.host.store,
-            refresh_after=None,
-            clock=self.host.now,
+            store=self.host.store,
+            storage=storage,
+            tokens=CountingTokens(self.host.tokens, self),
+            metadata=ImdsClient(ENDPOINT, monotonic=clock.monotonic, opener=self.host.imds.opener(self.instance_id)),
+            settings=AgentSettings(
+                state_dir=self.directory / "state",
+                checkpoint_dir=self.directory / "checkpoint",
+                refresh_after=None,
+            ),
+            runner=self._runner,
+            clock=clock,
         )
-        pointer = self.host.store.get_checkpoint(self.job_id)
-        self.checkpointer.follow_pointer(pointer)
-        self.checkpointer.restore(pointer)
-        self.work_at_start = pointer.work_done_hours if pointer is not None else 0.0
-        if pointer is not None:
+
+        def run() -> None:
+            try:
+                result = agent.run()
+            except AgentError as e:
+                self.record("agent-error", error=str(e))
+                self.host.note(self.job_name, f"attempt {self.attempt}: the agent cannot go on ({e})")
+                return
+            except Exception as e:  # the agent crashed: on EC2 systemd would restart it
+                self.record("agent-crashed", error=f"{type(e).__name__}: {e}")
+                self.host.note(self.job_name, f"attempt {self.attempt}: the agent crashed ({type(e).__name__}: {e})")
+                return
+            if result.outcome is not None:
+                self.outcome = result.outcome.kind
+
+        clock.start_thread(f"agent {self.instance_id}", run)
+
+    def _agent_dies(self) -> None:
+        if self._agent_life is not None and self._agent_life.alive and self.state == "running":
+            self._agent_life.alive = False
+            self.record("agent-killed")
+            self.host.note(self.job_name, f"attempt {self.attempt}: the agent on {self.instance_id} died (fault)")
+
+    def _agent_restarts(self) -> None:
+        if self.state == "running" and self._agent_life is not None and not self._agent_life.alive:
+            self.record("agent-restarted")
+            self.host.note(self.job_name, f"attempt {self.attempt}: the agent on {self.instance_id} restarts")
+            self._start_agent()
+
+    # --- what the agent says -----------------------------------------------------------------------
+
+    def on_log(self, record: logging.LogRecord, now: datetime) -> None:
+        message = record.getMessage()
+        if message in {"checkpoint committed", "checkpoint written but not committed: a newer one exists"}:
+            self._on_checkpoint(record, now, committed=message == "checkpoint committed")
+            return
+        if message in {"reported on the task token", "the task token was already closed: outcome kept locally"}:
+            outcome = getattr(record, "outcome", None)
+            self.events.append(
+                AgentEvent(now, "reported", {"outcome": outcome, "error": getattr(record, "error", None)})
+            )
+            return
+        known = _AGENT_LINES.get(message)
+        if known is None:
+            return
+        event, names = known
+        self.events.append(AgentEvent(now, event, _pick(record, *names)))
+        if event == "restored":
+            work = getattr(record, "work_done_hours", None)
+            held = f" ({work:.2f} h of work)" if isinstance(work, int | float) else ""
             self.host.note(
                 self.job_name,
-                f"attempt {self.attempt} resumed from checkpoint {pointer.attempt}-{pointer.seq} "
-                f"({pointer.work_done_hours:.2f} h of work)",
+                f"attempt {self.attempt} resumed from checkpoint {getattr(record, 'checkpoint', '?')}{held}",
             )
-        remaining = max(0.0, self.work_hours - self.work_at_start)
-        finish = now + timedelta(hours=remaining / self.speed)
-        self.host.schedule(finish, f"{self.instance_id} exit", self._exit)
-        self._next_tick(now + self.interval, self._periodic)
-        self._next_tick(now + HEARTBEAT, self._heartbeat)
+        elif event in {"notice-seen", "migrate-seen"}:
+            self.notice_seen_at = now
+        elif event == "not-started":
+            self.host.note(self.job_name, f"attempt {self.attempt}: the agent does not start the job ({record.reason})")  # type: ignore[attr-defined]
 
-    def _next_tick(self, when: datetime, action: Callable[[], None]) -> None:
-        self.host.schedule(when, f"{self.instance_id} tick", action)
-
-    def _heartbeat(self) -> None:
-        if self.state != "running" or self.token is None:
+    def _on_checkpoint(self, record: logging.LogRecord, now: datetime, *, committed: bool) -> None:
+        reason = str(getattr(record, "reason", ""))
+        details = _pick(record, "reason", "seq", "uploaded_bytes", "total_bytes", "work_done_hours")
+        self.events.append(AgentEvent(now, "checkpoint", {**details, "committed": committed}))
+        self.checkpoints += 1
+        if reason == "periodic":
             return
-        if self._migration_requested():
-            return
-        if not self.host.tokens.heartbeat(self.token):
-            # The control plane ended the Run task (cancel, reconcile, a notice it saw first).
-            self.host.note(self.job_name, f"attempt {self.attempt}: the task token is closed; the agent stops")
-            self.state = "gone"
-            self.outcome = "abandoned"
-            return
-        self._next_tick(self.host.now() + HEARTBEAT, self._heartbeat)
-
-    def _periodic(self) -> None:
-        if self.state != "running":
-            return
-        if self._migration_requested():
-            return
-        self.checkpoint("periodic")
-        # a job that saves only on its own schedule is handed over right after a save (as the agent does)
-        if self.grace_seconds == 0 and self._migration_requested(just_saved=True):
-            return
-        self._next_tick(self.host.now() + self.interval, self._periodic)
-
-    def _write_dir(self, work: float) -> None:
-        assert self.checkpointer is not None
-        directory = self.checkpointer.dir
-        directory.mkdir(parents=True, exist_ok=True)
-        state = {"job_id": self.job_id, "work_done_hours": round(work, 6)}
-        digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
-        for name, text in ((STATE_FILE, json.dumps({**state, "weights": digest})), (PROGRESS_FILE_NAME, f"{work:.6f}")):
-            temporary = directory / f".{name}.tmp"
-            temporary.write_text(text)
-            temporary.replace(directory / name)
-
-    def checkpoint(self, reason: str, *, final: bool = False, work: float | None = None) -> CheckpointResult | None:
-        if self.checkpointer is None:
-            return None
-        done = self.work_done(self.host.now()) if work is None else work
-        self._write_dir(done)
-        result = self.checkpointer.take(reason, final=final)
-        self.checkpoints.append(result)
-        if final or reason != "periodic":
-            saved = f"{result.work_done_hours:.2f} h of work saved" if result.work_done_hours is not None else "saved"
-            state = "committed" if result.committed else "not committed"
-            self.host.note(self.job_name, f"{reason} checkpoint {self.attempt}-{result.seq} {state} ({saved})")
-        return result
-
-    def _exit(self) -> None:
-        if self.state != "running" or self.token is None:
-            return
-        self._write_dir(self.work_hours)
-        self.state = "gone"
-        self.outcome = "succeeded"
-        self.host.tokens.succeed(self.token, {"exit_code": 0})
-        self.host.schedule(
-            self.host.now() + TERMINATED_AFTER_EXIT,
-            f"{self.instance_id} terminated",
-            lambda: self.host.emit("terminated", self.instance_id),
-        )
-
-    def _migration_requested(self, *, just_saved: bool = False) -> bool:
-        """The agent's read of its attempt record: if the control plane asked for a migration, stop. A job
-        given no grace at a notice (it saves only on its own schedule) is stopped only right after a save,
-        so that the move loses nothing; until then it keeps working."""
-        try:
-            record = self.host.store.get_attempt(self.job_id, self.attempt)
-        except NotFoundError:
-            return False
-        if record.migrate_requested_at is None:
-            return False
-        if self.grace_seconds == 0 and not just_saved:
-            if not self.handover_deferred:
-                self.handover_deferred = True
-                self.host.note(self.job_name, "migration requested: handing over after the job's next save")
-            return False
-        self.migrate(record.migrate_requested_at)
-        return True
+        work = getattr(record, "work_done_hours", None)
+        saved = f"{work:.2f} h of work saved" if isinstance(work, int | float) else "saved"
+        state = "committed" if committed else "not committed"
+        after = ""
+        if reason == "final" and self.notice_at is not None:
+            self.final_checkpoint_seconds = (now - self.notice_at).total_seconds()
+            after = f" {self.final_checkpoint_seconds:.0f} s after the notice"
+        self.host.note(self.job_name, f"{reason} checkpoint {self.attempt}-{record.seq} {state}{after} ({saved})")  # type: ignore[attr-defined]
 
     # --- from outside --------------------------------------------------------------------------------
 
     def notice(self, source: str) -> None:
         """The spot interruption warning (`source`: market = the replay emits the event; injected = a
-        recorded event already went to EventBridge): the job stops, the final checkpoint, the token."""
-        if self.state in {"stopping", "gone"}:
+        recorded event already went to EventBridge): IMDS shows it; the instance ends two minutes later."""
+        if self.state == "gone" or self.notice_at is not None:
             return
         now = self.host.now()
+        self.notice_at = now
         if source == "market":
             self.host.emit("warning", self.instance_id)
+        self.host.imds.notice(self.instance_id, now + NOTICE)
+        self.record("notice", source=source)
         self.host.note(self.job_name, f"interrupted: spot interruption warning for {self.instance_id} ({source})")
-        self._stop_job(ERROR_SPOT_INTERRUPTED)
-        self.host.schedule(now + NOTICE, f"{self.instance_id} terminated", self._terminated)
+        self.host.schedule(now + NOTICE, f"{self.instance_id} terminated", self._notice_ran_out)
 
-    def migrate(self, requested_at: datetime) -> None:
-        """The control plane's request to move the job back to spot (the attempt record's
-        `migrate_requested_at`): the job stops as at a notice, the task fails with Migrating."""
-        if self.state != "running":
+    def rebalance(self) -> None:
+        if self.state != "gone":
+            self.host.imds.recommend_rebalance(self.instance_id, self.host.now())
+            self.record("rebalance", source="injected")
+
+    def _notice_ran_out(self) -> None:
+        if self.state == "gone":
             return
-        self.host.note(
-            self.job_name,
-            f"migrating back to spot: {self.instance_id} stops its job (requested at {requested_at:%Y-%m-%d %H:%M:%S})",
-        )
-        self._stop_job(ERROR_MIGRATING, {"reason": "migrate", "requested_at": requested_at.isoformat()})
-
-    def _stop_job(self, error: str, reported: dict[str, str] | None = None) -> None:
-        """SIGTERM: the job saves its state and stops within its grace, then the final checkpoint and
-        SendTaskFailure `error` (with `reported` in the cause). A booting instance, or a standby not yet
-        handed the job, has no job to stop."""
-        now = self.host.now()
-        no_job = self.state in {"booting", "standby"}
-        self.state = "stopping"
-        stopped_at = now + timedelta(seconds=min(JOB_STOP_SECONDS, self.grace_seconds))
-        work = self.work_done(now)  # the job saves its state at SIGTERM
-        if not no_job:
-            self.host.schedule(
-                stopped_at, f"{self.instance_id} final checkpoint", lambda: self._final(work, error, reported or {})
-            )
-
-    def _final(self, work: float, error: str, reported: dict[str, str]) -> None:
-        result = self.checkpoint("final", final=True, work=work)
-        if self.token is not None:
-            cause: dict[str, object] = {
-                "attempt": self.attempt,
-                "checkpoint_seq": result.seq if result else None,
-                "committed": bool(result and result.committed),
-                **reported,
-            }
-            self.host.tokens.fail(self.token, error, json.dumps(cause, sort_keys=True))
-        if error == ERROR_MIGRATING:
-            self.state = "gone"
-            self.outcome = "migrated"
-            saved = "checkpointed" if result is not None and result.committed else "no checkpoint committed"
-            self.host.note(self.job_name, f"migrating back to spot: {saved}; the task fails with {ERROR_MIGRATING}")
-            self.host.schedule(
-                self.host.now() + TERMINATED_AFTER_EXIT,
-                f"{self.instance_id} terminated",
-                lambda: self.host.emit("terminated", self.instance_id),
-            )
-
-    def _terminated(self) -> None:
-        if self.state == "gone" and self.outcome == "terminated":
-            return
-        self.state = "gone"
-        self.outcome = "terminated"
+        self._gone("terminated")
         self.host.terminate(self.instance_id)
         self.host.emit("terminated", self.instance_id)
         self.host.note(self.job_name, f"instance {self.instance_id} terminated (the notice ran out)")
 
-    def rebalance(self) -> None:
-        if self.state == "running":
-            self.checkpoint("rebalance")
+    def terminated_by_control_plane(self) -> None:
+        """TerminateInstances for this instance (Finalize, Recover, cancel, reconcile): gone now, its
+        `terminated` state change a little later."""
+        if self.state == "gone":
+            return
+        self._gone(self.outcome or "terminated")
+        self.host.schedule(
+            self.host.now() + TERMINATED_AFTER,
+            f"{self.instance_id} terminated",
+            lambda: self.host.emit("terminated", self.instance_id),
+        )
 
     def lost(self) -> None:
         """The instance went away without a notice (an injected `terminated`/`stopping`)."""
         if self.state == "gone":
             return
-        self.state = "gone"
-        self.outcome = "lost"
+        self._gone("lost")
         self.host.terminate(self.instance_id)
+
+    def _gone(self, outcome: str) -> None:
+        self.state = "gone"
+        self._instance.alive = False
+        self.outcome = self.outcome or outcome
+        if self.heartbeats:
+            self.events.append(
+                AgentEvent(self.last_heartbeat or self.host.now(), "heartbeats", {"count": self.heartbeats})
+            )
+
+    def summary(self) -> list[dict[str, Any]]:
+        events = list(self.events)
+        if self.state != "gone" and self.heartbeats:
+            events.append(AgentEvent(self.last_heartbeat or self.host.now(), "heartbeats", {"count": self.heartbeats}))
+        return [e.to_json() for e in sorted(events, key=lambda e: e.at)]

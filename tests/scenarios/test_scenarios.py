@@ -40,7 +40,16 @@ def test_json_has_exactly_the_documented_shape(replayed: Replayed) -> None:
     assert set(document["expectations"]) == {"passed", "failed"}
     (entry,) = document["jobs"]
     assert set(entry) == {"name", "job_id", "state", "attempts", "cost", "on_demand_cost", "lost_work_hours"}
-    assert set(entry["attempts"][0]) == {"instance_type", "availability_zone", "market", "start", "end", "outcome"}
+    assert set(entry["attempts"][0]) == {
+        "instance_type",
+        "availability_zone",
+        "market",
+        "start",
+        "end",
+        "outcome",
+        "notice_to_final_checkpoint_seconds",
+        "agent",
+    }
 
 
 def test_happy_path(replayed: Replayed) -> None:
