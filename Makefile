@@ -34,8 +34,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two workers, handed one test at a time (--maxschedchunk 1) in the order tests/conftest.py sets: the longest
+# first (the scenario replays, then what tests/durations.json lists), so that neither worker is left with a
+# long test at the end while the other idles. By default xdist hands each worker a quarter of the suite at
+# once, which put every replay on the same worker. `--record-durations tests/durations.json` refreshes the list.
 unit: $(STAMP)
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 --dist load --maxschedchunk 1
 
 ## node_modules: the pinned aws-cdk CLI (package-lock.json), installed exactly
 node_modules: package.json package-lock.json

@@ -1,14 +1,84 @@
-"""Shared fixtures: where the recorded examples live, and a writer for job files."""
+"""Shared fixtures: where the recorded examples live, and a writer for job files; and the order tests run
+in, the slowest first, so that the two workers of `make unit` (pytest -n 2, one test at a time to whichever
+is free) finish together instead of one running the long replays alone at the end."""
 
 from __future__ import annotations
 
 import fcntl
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Seconds per test (setup + call + teardown) of the tests that take one or more, as measured on the 2-core
+# runner: `pytest -n 2 --record-durations tests/durations.json` writes it again. A test missing from it
+# counts as fast; a stale figure only makes the order a little less good, never a test fail.
+DURATIONS = REPO_ROOT / "tests" / "durations.json"
+RECORDED_FROM_SECONDS = 1.0
+# Tests using these fixtures start before all others whatever the file says: the scenario replays, the
+# longest of the suite, and growing as the replayed agent does more.
+FIRST_FIXTURES = frozenset({"replayed"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        metavar="PATH",
+        help=f"after a run of the whole suite, write the tests that took {RECORDED_FROM_SECONDS:g} s or more to PATH "
+        "(tests/durations.json: the order tests run in)",
+    )
+
+
+def recorded_durations(path: Path = DURATIONS) -> dict[str, float]:
+    if not path.is_file():
+        return {}
+    loaded = json.loads(path.read_text())
+    return {str(nodeid): float(seconds) for nodeid, seconds in loaded.items()}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's hook, on the plain node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The replays first, then the modules holding the longest tests, each module's tests the longest first.
+    A module stays in one piece, so its module-scoped fixtures are made once per worker. Every worker collects
+    the same order (xdist checks), and the controller hands the tests out in it."""
+    seconds = recorded_durations()
+
+    def rank(test: pytest.Item) -> tuple[bool, float]:
+        first = bool(FIRST_FIXTURES.intersection(getattr(test, "fixturenames", ())))
+        return not first, -seconds.get(test.nodeid, 0.0)
+
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    ordered = sorted((sorted(tests, key=rank) for tests in modules.values()), key=lambda tests: rank(tests[0]))
+    items[:] = [test for tests in ordered for test in tests]  # sorts are stable: ties keep pytest's order
+
+
+class DurationRecorder:
+    """Sums each test's setup, call and teardown as reported (by the workers, under xdist) and writes the
+    slow ones at the end of the session."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        slow = {
+            n: round(s, 1) for n, s in sorted(self.seconds.items(), key=lambda x: -x[1]) if s >= RECORDED_FROM_SECONDS
+        }
+        self.path.write_text(json.dumps(slow, indent=1) + "\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--record-durations")
+    if path and not hasattr(config, "workerinput"):  # on the controller (or without xdist): it sees every report
+        config.pluginmanager.register(DurationRecorder(Path(path)), "spotrelay-duration-recorder")
 
 
 @pytest.fixture

@@ -129,6 +129,12 @@ def ship_to_cloudwatch(
             note.lines = dropped
             for key in ("job_id", "attempt"):  # the agent's lines carry them: so does this one
                 setattr(note, key, getattr(self.last, key, None))
+            if self.last is not None:
+                # Stamped with the time of the line it comes with (the first one through, or at close the last
+                # one left out), not with its own: CloudWatch Logs orders a stream (and watchtower a batch) by
+                # timestamp, so a note made a millisecond after that line was made would land behind it
+                note.created, note.msecs = self.last.created, self.last.msecs
+                note.relativeCreated = self.last.relativeCreated
             self._put(note)
 
         def close(self) -> None:

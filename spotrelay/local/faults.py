@@ -47,8 +47,16 @@ class FaultKind(StrEnum):
     JOB_HANG = "job-hang"
 
 
-def _duration(value: object) -> float:
-    return parse_duration(value)
+def _duration(value: object, field: str) -> float:
+    return parse_duration(value, field)
+
+
+def _seconds(value: str) -> float:
+    """`seconds` given as text: a number of seconds ("3"), or a duration ("30s", "5m")."""
+    try:
+        return float(value)
+    except ValueError:
+        return _duration(value, "seconds") * _HOUR
 
 
 class Fault(BaseModel):
@@ -71,9 +79,9 @@ class Fault(BaseModel):
             data = dict(data)
             for key in ("at", "for", "after"):
                 if key in data and data[key] is not None:
-                    data[key] = _duration(data[key])
+                    data[key] = _duration(data[key], key)
             if "seconds" in data and isinstance(data["seconds"], str):
-                data["seconds"] = _duration(data["seconds"]) * _HOUR
+                data["seconds"] = _seconds(data["seconds"])
         return data
 
     @model_validator(mode="after")

@@ -217,7 +217,8 @@ class AgentLogbook(logging.Handler):
 
 
 class CountingTokens:
-    """The agent's task-token port (the real Step Functions client), counting what it sends."""
+    """The agent's task-token port (the real Step Functions client), counting its heartbeats (its report
+    on the token is its own log line, `reported`)."""
 
     def __init__(self, inner: StepFunctionsTaskTokens, worker: InstanceWorker) -> None:
         self.inner = inner
@@ -229,14 +230,10 @@ class CountingTokens:
         return self.inner.heartbeat(task_token)
 
     def succeed(self, task_token: str, output: dict[str, Any]) -> bool:
-        accepted = self.inner.succeed(task_token, output)
-        self.worker.record("task-success", accepted=accepted)
-        return accepted
+        return self.inner.succeed(task_token, output)
 
     def fail(self, task_token: str, error: str, cause: str) -> bool:
-        accepted = self.inner.fail(task_token, error, cause)
-        self.worker.record("task-failure", error=error, accepted=accepted)
-        return accepted
+        return self.inner.fail(task_token, error, cause)
 
 
 # --- the instance ------------------------------------------------------------------------------------
@@ -409,10 +406,12 @@ class InstanceWorker:
             self._on_checkpoint(record, now, committed=message == "checkpoint committed")
             return
         if message in {"reported on the task token", "the task token was already closed: outcome kept locally"}:
-            outcome = getattr(record, "outcome", None)
-            self.events.append(
-                AgentEvent(now, "reported", {"outcome": outcome, "error": getattr(record, "error", None)})
-            )
+            details = {
+                "outcome": getattr(record, "outcome", None),
+                "error": getattr(record, "error", None),
+                "accepted": message == "reported on the task token",  # False: the token was already closed
+            }
+            self.events.append(AgentEvent(now, "reported", details))
             return
         known = _AGENT_LINES.get(message)
         if known is None:

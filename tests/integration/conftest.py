@@ -19,6 +19,7 @@ from spotrelay.aws.workflow import StepFunctionsWorkflow
 
 from .aws_resources import IMAGE_ID, REGION, ROLE_ARN, TABLE, ZONES, Lifecycle, Network, Queues
 from .function_harness import Deployment
+from .moto_progress import MOTO_PROGRESS
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -55,6 +56,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        MOTO_PROGRESS.hook_into_moto(monkeypatch)  # waits on what moto's execution threads do: see moto_progress
         yield
 
 

@@ -13,7 +13,6 @@ import copy
 import importlib
 import json
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,6 +46,7 @@ from spotrelay.config import (
 from spotrelay.models import Job, JobState, parse_job_spec
 
 from .aws_resources import REGION, TABLE, Lifecycle, Network, Queues
+from .moto_progress import MOTO_PROGRESS
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -76,10 +76,6 @@ POWERTOOLS_ENV = {
     "POWERTOOLS_TRACE_DISABLED": "true",
 }
 
-# How long moto's execution threads get to act on a task token (bounded polling, never a fixed sleep).
-EXECUTION_WAIT_SECONDS = 5.0
-POLL_SECONDS = 0.02
-
 T = TypeVar("T")
 
 
@@ -100,16 +96,10 @@ class LambdaContextStub:
         )
 
 
-def eventually(probe: Callable[[], T | None], what: str, seconds: float = EXECUTION_WAIT_SECONDS) -> T:
-    """Poll `probe` until it answers (moto runs executions on threads); fail saying what never happened."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: nothing after {seconds} s")
-        time.sleep(POLL_SECONDS)
+def eventually(probe: Callable[[], T | None], what: str) -> T:
+    """`probe()` once it answers (moto runs executions on threads): asked again each time moto's threads have
+    done something, never on a timer; fail saying what never happened."""
+    return MOTO_PROGRESS.until(probe, what)
 
 
 def resnet50_spec() -> dict[str, Any]:

@@ -4,7 +4,6 @@ job, task tokens that close once, and a stop that tolerates executions that neve
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
@@ -16,6 +15,7 @@ from botocore.stub import Stubber
 from spotrelay.aws.workflow import StepFunctionsWorkflow, execution_arn
 
 from .aws_resources import REGION, Lifecycle
+from .moto_progress import MOTO_PROGRESS
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -24,16 +24,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T | None], seconds: float = 10.0) -> T:
-    """moto runs executions on threads: wait (briefly) for what they do."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"nothing after {seconds} s")
-        time.sleep(0.05)
+def eventually(probe: Callable[[], T | None], what: str) -> T:
+    """moto runs executions on threads: wait for what they do (on what they signal, not on the clock)."""
+    return MOTO_PROGRESS.until(probe, what)
 
 
 def start(workflow: StepFunctionsWorkflow, lifecycle: Lifecycle, job_id: str) -> bool:
@@ -50,11 +43,11 @@ def task_token(sqs: SQSClient, lifecycle: Lifecycle, job_id: str) -> str:
                 return str(body["task_token"])
         return None
 
-    return eventually(receive)
+    return eventually(receive, f"the Run task token of {job_id}")
 
 
 def status_becomes(workflow: StepFunctionsWorkflow, job_id: str, wanted: str) -> str:
-    return eventually(lambda: wanted if workflow.status(job_id) == wanted else None)
+    return eventually(lambda: wanted if workflow.status(job_id) == wanted else None, f"{job_id} {wanted}")
 
 
 def test_starting_a_job_twice_starts_one_execution(workflow: StepFunctionsWorkflow, lifecycle: Lifecycle) -> None:

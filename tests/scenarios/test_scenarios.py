@@ -223,6 +223,67 @@ def test_flagship(replayed: Replayed) -> None:
     texts = timeline(result, "bert-finetune")
     refused = next(i for i, text in enumerate(texts) if text.startswith("EC2 refused"))
     assert texts[refused + 1].startswith("relaunched (attempt ")
+    # and the agents did it: the notice seen, the final checkpoint, the restore (one replay: it is long)
+    flagship_resnet50_agents(result)
+
+
+def events_of(attempt: dict, kind: str) -> list[dict]:  # type: ignore[type-arg]
+    return [e for e in attempt["agent"] if e["event"] == kind]
+
+
+def flagship_resnet50_agents(result: ReplayResult) -> None:
+    """The flagship's resnet50 (its pool loses its capacity at 1h), as its real agents saw it."""
+    entry = job(result, "resnet50")
+    first, second = entry["attempts"]
+    # then the first attempt's agent saw the notice at its next IMDS poll (every 5 s), sent SIGTERM, and
+    # committed its final checkpoint once the job saved (20 s), well inside the two minutes
+    (seen,) = events_of(first, "notice-seen")
+    assert seen["action_time"] == "2026-11-30T01:00:00Z"
+    assert seen["at"] == "2026-11-30T00:58:05Z"
+    assert events_of(first, "sigterm")[0]["at"] == seen["at"]
+    (final,) = [c for c in events_of(first, "checkpoint") if c["reason"] == "final"]
+    assert final["committed"]
+    assert final["at"] == "2026-11-30T00:58:25Z"
+    assert first["notice_to_final_checkpoint_seconds"] == 25
+    assert events_of(first, "reported")[0] | {"at": None} == {
+        "at": None,
+        "event": "reported",
+        "outcome": "interrupted",
+        "error": "SpotInterrupted",
+        "accepted": True,
+    }
+    periodic = [c for c in events_of(first, "checkpoint") if c["reason"] == "periodic"]
+    assert len(periodic) == 3
+    assert all(c["committed"] for c in periodic)
+    assert events_of(first, "heartbeats")[0]["count"] >= 57  # one a minute
+    # and the second attempt's agent restored exactly that checkpoint
+    (restored,) = events_of(second, "restored")
+    assert restored["checkpoint"] == f"1-{final['seq']}"
+    assert restored["work_done_hours"] == pytest.approx(final["work_done_hours"])
+    assert events_of(second, "reported")[0]["outcome"] == "succeeded"
+
+
+def test_agent_faults_are_survived(replayed: Replayed) -> None:
+    result = replayed("agent-faults")
+    assert result.to_json()["expectations"] == {"passed": 4, "failed": 0}
+    # an agent that dies says nothing more: the Run task's heartbeat times out and the job is relaunched
+    dies = job(result, "dies")
+    assert [a["outcome"] for a in dies["attempts"]] == ["LOST", "SUCCEEDED"]
+    assert hours_after_start(dies["attempts"][1]["start"]) == pytest.approx(40 / 60 + 15 / 60, abs=1 / 60)
+    assert events_of(dies["attempts"][0], "reported") == []
+    # a restarted agent re-attaches to the running job through its state file
+    restarts = job(result, "restarts")["attempts"]
+    assert len(restarts) == 1
+    assert [e["event"] for e in restarts[0]["agent"]][3:6] == ["agent-killed", "agent-restarted", "reattached"]
+    # IMDS answering 503 is logged (once a minute per error) and S3 refusing an upload loses one periodic
+    # checkpoint, not the job
+    flaky = job(result, "flaky-deps")["attempts"][0]
+    assert len(events_of(flaky, "imds-unanswered")) == 2 * 20
+    assert len(events_of(flaky, "checkpoint-failed")) == 1
+    # a job that ignores SIGTERM is killed at its grace; the final checkpoint is still committed
+    (stubborn, _) = job(result, "stubborn")["attempts"]
+    assert events_of(stubborn, "sigkill")[0]["at"] == "2026-11-30T00:58:35Z"  # SIGTERM at 58:05 + 30 s
+    assert [c["committed"] for c in events_of(stubborn, "checkpoint") if c["reason"] == "final"] == [True]
 
 
 def test_expectations_can_fail(replayed: Replayed) -> None:

@@ -1,5 +1,9 @@
 """The agent's CloudWatch shipping while CloudWatch Logs does not take lines: memory stays bounded, the
-journal keeps every line, and the stream says how many it lacks once lines flow again."""
+journal keeps every line, and the stream says how many it lacks once lines flow again.
+
+Nothing here waits on real time: the tests wait on the fakes' events and on watchtower's queue, and every
+line is stamped by the test, a millisecond after the one before (CloudWatch Logs, and watchtower within a
+batch, order lines by that stamp), so the order in the stream never depends on when a line was made."""
 
 from __future__ import annotations
 
@@ -32,27 +36,51 @@ class StalledLogs:
     def create_log_stream(self, **kwargs: Any) -> dict[str, Any]:
         return {}
 
+    def release(self) -> None:
+        self.recover.set()
+
     def put_log_events(self, **kwargs: Any) -> dict[str, Any]:
         self.calls.release()
-        self.recover.wait(timeout=60)
+        self.recover.wait(timeout=60)  # a guard against a hang only: every test sets it
         self.shipped.extend(json.loads(event["message"]) for event in kwargs["logEvents"])
         return {"nextSequenceToken": "t"}
 
 
+class OneLinePerMillisecond(logging.Filter):
+    """Stamps each line 1 ms after the previous one (from 2026-11-30T12:00:00Z): lines made within the same
+    real millisecond stay in the order they were logged, and a line made by the handler itself (the count of
+    the lines left out) must take its stamp from the line it comes with, or it lands a millisecond off."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.lines += 1
+        record.created = 1_796_040_000 + self.lines / 1000
+        record.msecs = float(self.lines % 1000)
+        return True
+
+
 @contextmanager
 def shipping(client: Any, monkeypatch: pytest.MonkeyPatch, **options: Any) -> Iterator[tuple[JobLogger, Any]]:
-    """Attempt 1 of job-1 logging through `ship_to_cloudwatch` to `client`, batches every 50 ms; the
-    handler is closed (what is left is sent) and detached at the end of the block."""
+    """Attempt 1 of job-1 logging through `ship_to_cloudwatch` to `client`, batches every 50 ms, each line
+    stamped by `OneLinePerMillisecond`; at the end of the block the client is released (a test that failed
+    halfway does not leave watchtower's sender hanging), the handler closed (what is left is sent) and detached."""
     monkeypatch.setattr(spotrelay.agent.logs, "SHIP_INTERVAL_SECONDS", 0.05)
     logger = logging.getLogger(f"test.agent.shipping.{id(client)}")
     logger.setLevel(logging.INFO)
     logger.propagate = False
+    stamps = OneLinePerMillisecond()
+    logger.addFilter(stamps)
     handler = ship_to_cloudwatch(client, "/spotrelay/SpotRelay/agent", "job-1/00001", logger, **options)
     try:
         yield JobLogger("job-1", 1, logger), handler
     finally:
+        client.release()
         handler.close()
         logger.removeHandler(handler)
+        logger.removeFilter(stamps)
 
 
 def test_lines_beyond_the_bound_are_left_to_the_journal_and_the_stream_says_how_many(
@@ -80,10 +108,11 @@ def test_lines_beyond_the_bound_are_left_to_the_journal_and_the_stream_says_how_
         log.info("job output", extra={"line": "after"})
     lines = [event.get("line") for event in client.shipped]
     assert lines == ["first", *(f"stalled {n}" for n in range(100)), None, "after"]
-    note = client.shipped[-2]
+    note, after = client.shipped[-2:]
     assert note["message"] == UNSHIPPED
     assert note["lines"] == 150
     assert (note["job_id"], note["attempt"]) == ("job-1", 1)
+    assert note["time"] == after["time"]  # stamped with the line it comes with, so it sorts right before it
 
 
 @pytest.mark.parametrize("agent_says_done", [True, False])
@@ -139,12 +168,15 @@ class LostStreamLogs:
         self.boot_attempts = 0
         self.shipped: list[dict[str, Any]] = []
 
+    def release(self) -> None:
+        self.created.set()
+
     def create_log_stream(self, **kwargs: Any) -> dict[str, Any]:
         if self.boot_attempts == 0:  # the agent's own attempt at boot fails (the network is not up)
             self.boot_attempts += 1
             raise OSError("network unreachable")
         self.creating.set()
-        self.created.wait(timeout=30)
+        self.created.wait(timeout=30)  # a guard against a hang only: every test sets it
         self.exists = True
         return {}
 

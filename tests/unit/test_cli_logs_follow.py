@@ -4,9 +4,9 @@ Time is the test's: sleeps return at once and the monotonic clock moves by the p
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -61,13 +61,14 @@ class ScriptedStack:
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The command's clock (`time` as spotrelay.cli.jobs sees it), and only its: the process's own `time`,
+    which other threads of the test worker use, stays real."""
     now = [0.0]
 
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    monkeypatch.setattr(time, "sleep", sleep)  # the command's sleeps, during this test only
-    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(jobs, "time", SimpleNamespace(sleep=sleep, monotonic=lambda: now[0]))
     return now
 
 
