@@ -3,7 +3,8 @@ wall clock for `spotrelay local up`.
 
 The model (VirtualClock)
 ------------------------
-Every Step Functions execution moto runs is a *process* of the clock. A process holds the clock's
+Every Step Functions execution moto runs is a *process* of the clock, and so is every thread started
+with `start_thread` (each simulated instance's agent, its heartbeat and checkpoint threads, its job). A process holds the clock's
 single *baton* while it runs; at most one process runs at a time. A process gives the baton back
 only when it blocks on the clock:
 
@@ -27,8 +28,10 @@ wakes queues up and runs when the driver lets go), `next_wakeup()` / `advance_to
 
 Limits
 ------
-- Only the threads of an execution may block on the clock (the patches make sure moto's do). The
-  driver and other threads must never call `sleep_until` or wait on a ClockEvent.
+- Only the clock's processes may block on it: the executions' threads (the patches make sure moto's
+  do) and threads of `start_thread`. The driver and other threads must never call `sleep_until` or
+  wait on a ClockEvent. It implements spotrelay.clock.WaitingClock (`monotonic()` counts virtual
+  seconds since the epoch), so the worker agent runs on it unchanged.
 - A process that blocks on anything else (a lock, a real sleep, a socket) keeps the baton: the
   clock cannot move until it returns (`wait_quiescent` says which process, after its timeout).
 - Inside one execution, moto runs each state on helper threads that join each other; the baton
