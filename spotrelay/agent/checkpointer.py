@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -55,7 +55,7 @@ from spotrelay.agent.checkpoints import (
     stat_file,
     verify_dir,
 )
-from spotrelay.clock import ClockEvent
+from spotrelay.clock import SYSTEM_CLOCK, ClockEvent
 from spotrelay.control.ports import CheckpointPointer
 from spotrelay.models import CheckpointManifest
 
@@ -120,10 +120,6 @@ class CheckpointerState(BaseModel):
     work_done_hours: float = 0.0
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 def _as_local(f: PlannedFile) -> LocalFile:
     return LocalFile(path=f.path, size=f.size, mtime_ns=f.mtime_ns)
 
@@ -142,8 +138,8 @@ class Checkpointer:
         state: CheckpointerState | None = None,
         persist: Callable[[CheckpointerState], None] = lambda _: None,
         refresh_after: timedelta | None = DEFAULT_REFRESH_AFTER,
-        clock: Callable[[], datetime] = _utcnow,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], datetime] = SYSTEM_CLOCK.now,
+        monotonic: Callable[[], float] = SYSTEM_CLOCK.monotonic,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt

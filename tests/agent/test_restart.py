@@ -1,5 +1,8 @@
-"""`spotrelay agent` as systemd runs it, in its own process, against moto in server mode: it learns
-its job from the instance tags in IMDS, survives being killed, and never runs the job twice."""
+"""A restarted agent: it goes on from its state file (re-attaches to the job, finishes a stop it had
+begun, forwards what the job printed meanwhile) and never runs the job twice. On the virtual clock, an
+agent killed (SIGKILL) ends at its next wait while its job runs on; a stopped one (SIGTERM) leaves at its
+next poll. And once end to end: `spotrelay agent` as systemd runs it, in its own process, against moto in
+server mode, learning its job from the instance tags in IMDS, with a real job process."""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +22,135 @@ from moto.server import ThreadedMotoServer
 
 from spotrelay.config import ENV_AGENT_LOG_GROUP, ERROR_MIGRATING, TAG_ATTEMPT, TAG_JOB_ID
 
-from .conftest import BUCKET, JOB_ID, REGION, ROLE_ARN, RUN_ONLY, TABLE, World, aws_environment, create_table, job_spec
+from .conftest import (
+    BUCKET,
+    JOB_ID,
+    REGION,
+    ROLE_ARN,
+    RUN_ONLY,
+    TABLE,
+    Records,
+    VirtualWorld,
+    World,
+    aws_environment,
+    create_table,
+    job_spec,
+)
 from .imds_stub import ImdsStub
 from .jobs import wait_until, write_job
 
 AGENT = "from spotrelay.cli import main; main()"
 MIGRATING = "migration back to spot requested: stopping the job and checkpointing"
+REATTACHED = "re-attached to the running job"
+POLL, MIGRATE_POLL = 5.0, 60.0  # the agent's production settings
+
+
+def test_a_restarted_agent_reattaches_to_the_running_job_instead_of_running_it_again(
+    vworld: VirtualWorld, agent_logs: Records
+) -> None:
+    # Given attempt 1's agent running the job for ten minutes
+    vworld.submit(job_spec("python train.py", Path("/unused")))
+    vworld.add_attempt(1, vworld.open_task("run-1"))
+    first = vworld.start_agent(1)
+    vworld.advance(600)
+    job = vworld.job(1)
+
+    # When the agent is killed, and systemd starts it again a little later
+    first.kill()
+    vworld.advance(30)
+    assert first.killed
+    second = vworld.start_agent(1)
+
+    # Then it re-attached to the same job at once (from its state file) and watches it to its end
+    [(reattached_at, reattached)] = agent_logs.named(REATTACHED, attempt=1)
+    assert reattached_at == vworld.now()
+    assert reattached.__dict__["pid"] == job.pid
+    vworld.act(lambda: job.exit(0))
+    result = vworld.finish(second, within=POLL)
+    assert result.reattached
+    assert result.outcome is not None
+    assert (result.outcome.kind, result.outcome.token_accepted) == ("succeeded", True)
+    assert len(vworld.sent("SendTaskSuccess")) == 1
+    assert vworld.runs == ["attempt 1 resumed=0"]  # the job ran once
+    # and the token was heartbeaten through the restart: by the first agent, then at once by the second
+    beats = [vworld.seconds(t) for t in vworld.sent_at("SendTaskHeartbeat")]
+    assert beats == [60.0 * k for k in range(11)] + [630.0]
+
+    # When the agent starts once more (a reboot of the service), Then it does nothing
+    third = vworld.finish(vworld.start_agent(1), within=0)
+    assert third.already_reported
+    assert agent_logs.named("outcome already reported: nothing to do", attempt=1)
+    assert vworld.runs == ["attempt 1 resumed=0"]
+
+
+def test_a_restarted_agent_finishes_the_migration_it_had_begun_and_does_not_run_the_job_again(
+    vworld: VirtualWorld, agent_logs: Records
+) -> None:
+    # Given an agent running attempt 1 on an on-demand instance, whose job takes 40 s to save at SIGTERM
+    vworld.submit(job_spec("python train.py", Path("/unused"), grace_seconds=60))
+    vworld.runner(1, term_seconds=40)
+    vworld.add_attempt(1, vworld.open_task("run-1"))
+    first = vworld.start_agent(1)
+    vworld.advance(600)
+    job = vworld.job(1)
+
+    # When the control plane asks for a migration, and the agent dies while the job is saving
+    record = vworld.store.get_attempt(JOB_ID, 1)
+    vworld.act(lambda: vworld.store.put_attempt(record.model_copy(update={"migrate_requested_at": vworld.now()})))
+    vworld.run_until(lambda: agent_logs.named(MIGRATING, attempt=1), within=MIGRATE_POLL + POLL, what="the request")
+    first.kill()
+    vworld.advance(10)
+    second = vworld.start_agent(1)
+    result = vworld.finish(second, within=60)
+
+    # Then the restarted agent goes on with the migration: it waits for the job's save, commits the final
+    # checkpoint as soon as the job exits, and fails the task with Migrating
+    assert job.sigterm_at is not None
+    pointer = vworld.store.get_checkpoint(JOB_ID)
+    assert pointer is not None
+    assert (pointer.attempt, pointer.final, pointer.work_done_hours) == (1, True, 1.5)
+    assert (pointer.committed_at - job.sigterm_at).total_seconds() == pytest.approx(40.0, abs=0.06)
+    assert job.killed_at is None  # within its grace: no SIGKILL
+    [failure] = vworld.sent("SendTaskFailure")
+    assert failure["error"] == ERROR_MIGRATING
+    state = json.loads((vworld.tmp_path / f"state-{JOB_ID}-1" / f"{JOB_ID}-1.json").read_text())
+    assert state["outcome"]["kind"] == "migrated"
+    assert state["outcome"]["cause"]["reason"] == "migrate"
+    assert state["outcome"]["cause"]["committed"] is True
+    assert result.outcome is not None
+    assert result.outcome.kind == "migrated"
+    # (going on from its state file, not from a new read of the request)
+    [(_, reattached)] = agent_logs.named(REATTACHED, attempt=1)
+    assert reattached.__dict__["stopping_for"] == "migrate"
+    # and the job ran once: it was not started again, nor watched to its end
+    assert len(agent_logs.named("job started", attempt=1)) == 1
+    assert vworld.runs == ["attempt 1 resumed=0"]
+
+
+def test_what_the_job_prints_while_its_agent_is_stopped_is_forwarded_by_the_next_agent(
+    vworld: VirtualWorld, agent_logs: Records
+) -> None:
+    # Given an agent running attempt 1, stopped by systemd (SIGTERM: it leaves the job running)
+    vworld.submit(job_spec("python train.py", Path("/unused")))
+    vworld.add_attempt(1, vworld.open_task("run-1"))
+    first = vworld.start_agent(1)
+    vworld.advance(60)
+    first.stop()
+    assert vworld.finish(first, within=POLL).outcome is None
+    stopped = vworld.now()
+
+    # When the job prints its 30 lines and exits while no agent runs, and the agent starts again
+    job = vworld.job(1)
+    vworld.act(lambda: job.exit(0))
+    vworld.advance(60)
+    result = vworld.finish(vworld.start_agent(1), within=0)
+
+    # Then the restarted agent forwards those lines (from where the stopped one left off), each once
+    output = [(when, r.__dict__["line"]) for when, r in agent_logs.named("job output", attempt=1)]
+    assert [line for when, line in output if when <= stopped] == ["attempt 1 started"]
+    assert [line for when, line in output if when > stopped] == [f"line {i} of attempt 1" for i in range(30)]
+    assert result.outcome is not None
+    assert result.outcome.kind == "succeeded"
 
 
 def moto_config(endpoint: str, execute: bool) -> None:
@@ -136,74 +261,6 @@ def start_attempt_1(
     return first, control
 
 
-def test_a_restarted_agent_reattaches_to_the_running_job_instead_of_running_it_again(
-    server_world: World, imds: ImdsStub, tmp_path: Path
-) -> None:
-    # Given an instance tagged with attempt 1 of a job, and its agent running the job
-    world = server_world
-    first, control = start_attempt_1(world, imds, tmp_path)
-    job_pid = next(line["pid"] for line in first.lines() if line.get("message") == "job started")
-
-    # When the agent is killed (systemd restarts it) and starts again
-    first.process.kill()
-    first.wait()
-    second = AgentProcess("agent-2", tmp_path, imds)
-    wait_until(lambda: second.logged("re-attached to the running job"), what="the restarted agent to re-attach")
-
-    # Then it watches the same job to its end and reports it; the job ran once
-    (control / "exit-1").write_text("0")
-    assert second.wait() == 0
-    assert world.execution("run-1")["status"] == "SUCCEEDED"
-    assert (control / "runs.log").read_text().splitlines() == ["attempt 1 resumed=0"]
-    assert all(line["job_id"] == JOB_ID and line["attempt"] == 1 for line in second.lines())
-    reattached = next(line for line in second.lines() if line.get("message") == "re-attached to the running job")
-    assert reattached["pid"] == job_pid
-
-    # When the agent starts once more (a reboot of the service), Then it does nothing
-    third = AgentProcess("agent-3", tmp_path, imds)
-    assert third.wait() == 0
-    assert third.logged("outcome already reported: nothing to do")
-    assert (control / "runs.log").read_text().splitlines() == ["attempt 1 resumed=0"]
-
-
-def test_a_restarted_agent_finishes_the_migration_it_had_begun_and_does_not_run_the_job_again(
-    server_world: World, imds: ImdsStub, tmp_path: Path
-) -> None:
-    # Given an agent running attempt 1 on an on-demand instance, whose job takes its time to save at SIGTERM
-    world = server_world
-    first, control = start_attempt_1(world, imds, tmp_path, grace_seconds=60, fast_migrate_poll=True)
-    (control / "hold-term-1").write_text("")
-
-    # When the control plane asks for a migration, and the agent dies while the job is saving
-    record = world.store.get_attempt(JOB_ID, 1)
-    world.store.put_attempt(record.model_copy(update={"migrate_requested_at": datetime.now(UTC)}))
-    wait_until(lambda: first.logged(MIGRATING), what="the agent to act on the request")
-    first.process.kill()
-    first.wait()
-    second = AgentProcess("agent-2", tmp_path, imds, fast_migrate_poll=True)
-    wait_until(lambda: second.logged("re-attached to the running job"), what="the restarted agent to re-attach")
-    (control / "hold-term-1").unlink()
-
-    # Then the restarted agent goes on with the migration: the final checkpoint, the task fails with Migrating
-    assert second.wait() == 0
-    assert second.logged(MIGRATING)
-    execution = world.execution("run-1")
-    assert (execution["status"], execution.get("error")) == ("FAILED", ERROR_MIGRATING)
-    pointer = world.store.get_checkpoint(JOB_ID)
-    assert pointer is not None
-    assert (pointer.attempt, pointer.final, pointer.work_done_hours) == (1, True, 1.5)
-    state = json.loads((tmp_path / "state" / f"{JOB_ID}-1.json").read_text())
-    assert state["outcome"]["kind"] == "migrated"
-    assert state["outcome"]["cause"]["reason"] == "migrate"
-    assert state["outcome"]["cause"]["committed"] is True
-    # (going on from its state file, not from a new read of the request)
-    reattached = next(line for line in second.lines() if line.get("message") == "re-attached to the running job")
-    assert reattached["stopping_for"] == "migrate"
-    # and the job ran once: it was not started again, nor watched to its end
-    assert not second.logged("job started")
-    assert (control / "runs.log").read_text().splitlines() == ["attempt 1 resumed=0"]
-
-
 def test_the_agent_ships_its_lines_and_the_jobs_output_to_the_attempts_log_stream(
     server_world: World, imds: ImdsStub, tmp_path: Path
 ) -> None:
@@ -224,24 +281,3 @@ def test_the_agent_ships_its_lines_and_the_jobs_output_to_the_attempts_log_strea
     assert output == ["attempt 1 started", *(f"line {i} of attempt 1" for i in range(30))]
     assert shipped[-1]["message"] == "agent done"
     assert all(line["job_id"] == JOB_ID and line["attempt"] == 1 for line in shipped)
-
-
-def test_what_the_job_prints_while_its_agent_is_stopped_is_forwarded_by_the_next_agent(
-    server_world: World, imds: ImdsStub, tmp_path: Path
-) -> None:
-    # Given an agent running attempt 1, stopped by systemd (SIGTERM: it leaves the job running)
-    first, control = start_attempt_1(server_world, imds, tmp_path)
-    first.process.terminate()
-    assert first.wait() == 0
-    # When the job prints its 30 lines and exits while no agent runs, and the agent starts again
-    (control / "exit-1").write_text("0")
-    state = json.loads((tmp_path / "state" / f"{JOB_ID}-1.json").read_text())
-    exit_file = Path(state["process"]["exit_file"])  # the job's supervisor writes it when the job exits
-    wait_until(exit_file.exists, what="the job to exit")
-    second = AgentProcess("agent-2", tmp_path, imds)
-    assert second.wait() == 0
-    # Then the restarted agent forwards those lines (from where the stopped one left off), each once
-    first_output = [line["line"] for line in first.lines() if line.get("message") == "job output"]
-    second_output = [line["line"] for line in second.lines() if line.get("message") == "job output"]
-    assert first_output == ["attempt 1 started"]
-    assert second_output == [f"line {i} of attempt 1" for i in range(30)]
