@@ -19,7 +19,7 @@ What it answers (IMDSv2 only, as the worker launch template requires, `HttpToken
 
 A GET without a token, or with one that expired or belongs to another instance, is 401. Faults a
 scenario injects (spotrelay.local.faults): answers `delay_seconds` late on the instance's clock (a
-client timeout when that is longer than the client's), or with HTTP `status` (a 5xx) instead.
+a client timeout when that is as long as the client's timeout or longer), or with HTTP `status` (a 5xx) instead.
 Shapes: the EC2 User Guide, "Instance metadata categories" and "Spot Instance interruption notices".
 """
 

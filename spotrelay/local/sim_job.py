@@ -70,6 +70,7 @@ class SimulatedJob:
         self.saved_work = self.work_at_start
         self.saves = 0
         self.code: int | None = None
+        self.ended_at: float | None = None
         self.sigterm_at: float | None = None
         self._hung_work: float | None = None
         self._signal = clock.event()  # SIGTERM or SIGKILL
@@ -107,6 +108,8 @@ class SimulatedJob:
         if self._hung_work is not None:
             return self._hung_work
         now = self.clock.monotonic() if at is None else at
+        if self.ended_at is not None:
+            now = min(now, self.ended_at)  # an ended job makes no more progress
         b = self.behaviour
         return min(b.work_hours, self.work_at_start + max(0.0, now - self.started) / 3600 * b.speed)
 
@@ -181,6 +184,7 @@ class SimulatedJob:
 
     def _exit(self, code: int) -> None:
         self.code = code
+        self.ended_at = self.clock.monotonic()
         if code != KILLED_EXIT_CODE:  # the supervisor records the status; a SIGKILL of the group kills it too
             self._record.exit_file.parent.mkdir(parents=True, exist_ok=True)
             self._record.exit_file.write_text(json.dumps({"exit_code": code}))

@@ -286,8 +286,10 @@ class InstanceWorker:
         if self.interruption_at is not None and self.launch.pool.market is Market.SPOT:
             warning = max(self.launch.at, self.interruption_at - NOTICE)
             self.host.schedule(warning, f"{self.instance_id} notice", lambda: self.notice("market"))
+        booted = self.launch.at + BOOT
         for fault in self.faults:
-            at = self.host.now() if fault.at <= 0 else self._when(fault.at)
+            # an agent fault due before the agent starts happens as it starts (scheduled after `running`)
+            at = max(self._when(fault.at), booted)
             if fault.kind is FaultKind.AGENT_DIES:
                 self.host.schedule(at, f"{self.instance_id} agent dies", self._agent_dies)
             elif fault.kind is FaultKind.AGENT_RESTARTS:
@@ -441,7 +443,7 @@ class InstanceWorker:
         saved = f"{work:.2f} h of work saved" if isinstance(work, int | float) else "saved"
         state = "committed" if committed else "not committed"
         after = ""
-        if reason == "final" and self.notice_at is not None:
+        if reason == "final" and committed and self.notice_at is not None:
             self.final_checkpoint_seconds = (now - self.notice_at).total_seconds()
             after = f" {self.final_checkpoint_seconds:.0f} s after the notice"
         self.host.note(self.job_name, f"{reason} checkpoint {self.attempt}-{record.seq} {state}{after} ({saved})")  # type: ignore[attr-defined]
