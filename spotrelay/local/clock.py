@@ -5,8 +5,8 @@ The model (VirtualClock)
 ------------------------
 Every Step Functions execution moto runs is a *process* of the clock, and so is every thread started
 with `start_thread` (each simulated instance's agent, its heartbeat and checkpoint threads, its job).
-A process holds the clock's single *baton* while it runs; at most one process runs at a time. A process gives the baton back
-only when it blocks on the clock:
+A process holds the clock's single *baton* while it runs; at most one process runs at a time. A
+process gives the baton back only when it blocks on the clock:
 
 - `sleep_until(t)` / `sleep(seconds)`: a Wait state, a Retry interval;
 - `ClockEvent.wait(timeout)`: a task token (`.waitForTaskToken`), its HeartbeatSeconds or TimeoutSeconds;
