@@ -57,6 +57,7 @@ from typing import Protocol
 from spotrelay.clock import SystemThread
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+CLOSE_JOIN_SECONDS = 30.0  # real seconds close() waits for each process thread to end (a hang guard)
 DEFAULT_STALL_SECONDS = 180.0
 """How long (real seconds) the driver waits for quiescence before it reports a stall: a deadlock
 detector, generous because a step of a big replay on a loaded 2-core machine (the full test suite on
@@ -69,6 +70,11 @@ class ClockStalled(RuntimeError):
 
 class ClockClosed(RuntimeError):
     """The clock was closed: nothing runs on it any more."""
+
+
+class ProcessEnded(BaseException):
+    """Raised in a `start_thread` process blocked on a clock that is closed, so that its thread ends
+    (a BaseException: the process's own `except Exception` must not take it for an error of its own)."""
 
 
 def _span(seconds: float) -> timedelta:
@@ -125,10 +131,11 @@ _SLEEPING, _READY, _RUNNING, _DONE = "sleeping", "ready", "running", "done"
 class _Turn:
     """One claim on the baton: a process waiting to start, or blocked in one wait."""
 
-    __slots__ = ("deadline", "event", "fired", "name", "seq", "state", "wakeup")
+    __slots__ = ("closable", "deadline", "event", "fired", "name", "seq", "state", "wakeup")
 
     def __init__(self, seq: int, name: str, state: str, deadline: datetime | None = None) -> None:
         self.wakeup: threading.Condition | None = None  # its thread waits on this for the baton
+        self.closable = False  # a start_thread process: its thread ends when the clock closes
         self.seq = seq
         self.name = name
         self.state = state
@@ -179,6 +186,8 @@ class VirtualClock:
         self._holder: _Turn | None = None
         self._driver = _Turn(-1, "driver", _RUNNING)
         self._closed = False
+        self._parked: set[_Turn] = set()  # turns whose threads wait for the baton
+        self._threads: list[threading.Thread] = []  # the start_thread processes' threads
         self.wakeups = 0  # turns granted so far (a measure of work, for benchmarks)
 
     # --- reading -----------------------------------------------------------------------------------
@@ -201,10 +210,12 @@ class VirtualClock:
 
     # --- processes (the moto patches call these) ---------------------------------------------------
 
-    def spawn(self, name: str) -> _Turn:
-        """Queue a new process (called by whoever starts it, before its thread starts)."""
+    def spawn(self, name: str, *, closable: bool = False) -> _Turn:
+        """Queue a new process (called by whoever starts it, before its thread starts). A `closable`
+        one's thread ends (ProcessEnded) when the clock closes, instead of staying parked."""
         with self._cond:
             turn = _Turn(next(self._seq), name, _READY)
+            turn.closable = closable
             self._ready.append(turn)
             self._grant()
             return turn
@@ -322,10 +333,18 @@ class VirtualClock:
                 self._grant()
 
     def close(self) -> None:
-        """Stop the simulation: no blocked process is ever woken again (their threads stay parked)."""
+        """Stop the simulation: no blocked process is ever woken again. The threads of executions stay
+        parked; those of `start_thread` end (ProcessEnded), so that replays leave no threads behind."""
         with self._cond:
             self._closed = True
+            for turn in list(self._parked):
+                if turn.closable and turn.wakeup is not None:
+                    turn.wakeup.notify()
             self._cond.notify_all()
+            threads, self._threads = self._threads, []
+        for thread in threads:  # they end at once; the bound only guards against a thread stuck elsewhere
+            if thread is not threading.current_thread():
+                thread.join(CLOSE_JOIN_SECONDS)
 
     # --- internals (called with or without the lock as noted) --------------------------------------
 
@@ -337,6 +356,7 @@ class VirtualClock:
             if deadline is not None and deadline <= self._now:
                 return False
             turn = _Turn(next(self._seq), name, _SLEEPING, deadline)
+            turn.closable = self._holder.closable if self._holder is not None else False
             if event is not None:
                 turn.event = event
                 event._waiters.append(turn)
@@ -356,8 +376,14 @@ class VirtualClock:
         # not every parked one.
         if self._holder is not turn:
             turn.wakeup = threading.Condition(self._lock)
-            while self._holder is not turn:
-                turn.wakeup.wait()
+            self._parked.add(turn)
+            try:
+                while self._holder is not turn:
+                    if self._closed and turn.closable:
+                        raise ProcessEnded
+                    turn.wakeup.wait()
+            finally:
+                self._parked.discard(turn)
         turn.state = _RUNNING
 
     def _fire(self, event: VirtualEvent) -> None:
@@ -401,17 +427,22 @@ class ClockProcessThread:
     def __init__(self, clock: VirtualClock, name: str, target: Callable[[], None]) -> None:
         self._done = clock.event()
         self._name = name
-        turn = clock.spawn(name)
+        turn = clock.spawn(name, closable=True)
 
         def run() -> None:
-            clock.begin(turn)
             try:
-                target()
-            finally:
-                self._done.set()
-                clock.end(turn)
+                clock.begin(turn)
+                try:
+                    target()
+                finally:
+                    self._done.set()
+                    clock.end(turn)
+            except ProcessEnded:
+                pass  # the clock closed while it waited: the simulation is over
 
         self._thread = threading.Thread(target=run, name=name, daemon=True)
+        with clock._cond:
+            clock._threads = [t for t in clock._threads if t.is_alive()] + [self._thread]
         self._thread.start()
 
     @property

@@ -21,6 +21,7 @@ attempt 1) once it runs. The agent and the job are the real agent and the simula
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -54,29 +55,67 @@ def _duration(value: object, field: str) -> float:
 def _seconds(value: str) -> float:
     """`seconds` given as text: a number of seconds ("3"), or a duration ("30s", "5m")."""
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         return _duration(value, "seconds") * _HOUR
+    if not math.isfinite(number):
+        raise ValueError(f"seconds: {value!r} is not a finite number of seconds")
+    return number
+
+
+MAX_HOURS = 24.0 * 366  # a fault is at most a year into a scenario, and lasts at most a year
+MAX_SECONDS = 86_400.0  # an answer waits at most a day
+_WINDOW = frozenset({"for"})
+# The fields each kind takes besides job, attempt, kind and at (anything else is a mistake in the scenario)
+FIELDS: dict[FaultKind, frozenset[str]] = {
+    FaultKind.AGENT_DIES: frozenset(),
+    FaultKind.AGENT_RESTARTS: frozenset({"after"}),
+    FaultKind.IMDS_SLOW: _WINDOW | {"seconds"},
+    FaultKind.IMDS_ERROR: _WINDOW | {"status"},
+    FaultKind.S3_FAIL: _WINDOW,
+    FaultKind.S3_STALL: _WINDOW | {"seconds"},
+    FaultKind.IGNORE_SIGTERM: frozenset(),
+    FaultKind.JOB_CRASH: frozenset({"exit_code"}),
+    FaultKind.JOB_HANG: frozenset(),
+}
 
 
 class Fault(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
     job: str
-    attempt: int = Field(default=1, ge=1)
+    attempt: int = Field(default=1, ge=1, le=10_000)
     kind: FaultKind
-    at: float = Field(default=0.0, description="hours from the scenario's start")
-    for_hours: float | None = Field(default=None, alias="for", description="how long a window fault lasts")
-    after: float | None = Field(default=None, description="agent-restarts: hours until the agent is back")
-    seconds: float | None = Field(default=None, ge=0, description="imds-slow / s3-stall: how long each answer waits")
-    status: int = Field(default=503, ge=400, le=599, description="imds-error: the HTTP status")
-    exit_code: int = Field(default=1, description="job-crash: the exit code")
+    at: float = Field(default=0.0, ge=0, le=MAX_HOURS, description="hours from the scenario's start")
+    for_hours: float | None = Field(
+        default=None, alias="for", gt=0, le=MAX_HOURS, description="how long a window fault lasts"
+    )
+    after: float | None = Field(
+        default=None, ge=0, le=MAX_HOURS, description="agent-restarts: hours until the agent is back"
+    )
+    seconds: float | None = Field(
+        default=None, ge=0, le=MAX_SECONDS, description="imds-slow / s3-stall: how long each answer waits"
+    )
+    status: int = Field(
+        default=503, ge=500, le=599, description="imds-error: the HTTP status (5xx: a 404 would read as no notice)"
+    )
+    exit_code: int = Field(default=1, ge=1, le=255, description="job-crash: the exit code (0 would be success)")
 
     @model_validator(mode="before")
     @classmethod
     def _durations(cls, data: Any) -> Any:
         if isinstance(data, dict):
             data = dict(data)
+            kind = data.get("kind")
+            if kind in set(FaultKind):
+                given = set(data) - {"job", "attempt", "kind", "at"}
+                known = {"for", "after", "seconds", "status", "exit_code"}  # other keys: pydantic says "extra"
+                stray = sorted((given & known) - FIELDS[FaultKind(kind)])
+                if stray:
+                    allowed = ", ".join(sorted(FIELDS[FaultKind(kind)])) or "none"
+                    raise ValueError(f"{kind} takes no {', '.join(stray)} (its own fields: {allowed})")
+            if isinstance(data.get("seconds"), bool):
+                raise ValueError("seconds: a number of seconds or a duration, not true/false")
             for key in ("at", "for", "after"):
                 if key in data and data[key] is not None:
                     data[key] = _duration(data[key], key)

@@ -710,6 +710,9 @@ def _check_jobs_named(scenario: Scenario, events: Sequence[Injection]) -> None:
     scenario (a typo in a name): say so before replaying hours of it, not in its result."""
     names = {name for s in submissions(scenario) for name in (s.name, s.entry)}
     its_jobs = f"(its jobs: {', '.join(sorted(names)) or 'none'})"
+    faults = sorted({f.job for f in scenario.faults if f.job not in names})
+    if faults:
+        raise ScenarioError(f"scenario {scenario.name}: faults name no job it submits: {', '.join(faults)} {its_jobs}")
     unknown = sorted({e.job for e in scenario.expect if e.job is not None and e.job not in names})
     if unknown:
         raise ScenarioError(

@@ -158,7 +158,19 @@ class AgentEvent:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"at": self.at.strftime("%Y-%m-%dT%H:%M:%SZ"), "event": self.event, **self.details}
+        return {"at": _iso(self.at), "event": self.event, **self.details}
+
+
+def _iso(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _error_of(record: logging.LogRecord) -> dict[str, Any]:
+    """The exception a log line carries (`log.exception`), as its last line: type and message."""
+    if record.exc_info and record.exc_info[1] is not None:
+        error = record.exc_info[1]
+        return {"error": f"{type(error).__name__}: {error}"[:500]}
+    return {}
 
 
 def _pick(record: logging.LogRecord, *names: str) -> dict[str, Any]:
@@ -176,8 +188,8 @@ _AGENT_LINES: dict[str, tuple[str, tuple[str, ...]]] = {
     "SIGTERM sent to the job": ("sigterm", ()),
     "the job did not exit within grace_seconds: SIGKILL": ("sigkill", ("grace_seconds",)),
     "the job has stopped": ("job-stopped", ("exit_code",)),
-    "checkpoint failed; the next one will try again": ("checkpoint-failed", ()),
-    "the final checkpoint failed": ("checkpoint-failed", ()),
+    "checkpoint failed; the next one will try again": ("checkpoint-failed", ("reason",)),
+    "the final checkpoint failed": ("checkpoint-failed", ("reason",)),
     "checkpoint dropped": ("checkpoint-dropped", ("reason",)),
     "IMDS did not answer": ("imds-unanswered", ("error",)),
     "heartbeat failed": ("heartbeat-failed", ("error",)),
@@ -227,6 +239,7 @@ class CountingTokens:
     def heartbeat(self, task_token: str) -> bool:
         self.worker.heartbeats += 1
         self.worker.last_heartbeat = self.worker.host.now()
+        self.worker.first_heartbeat = self.worker.first_heartbeat or self.worker.last_heartbeat
         return self.inner.heartbeat(task_token)
 
     def succeed(self, task_token: str, output: dict[str, Any]) -> bool:
@@ -254,6 +267,7 @@ class InstanceWorker:
     state: str = "booting"  # booting | running | gone
     events: list[AgentEvent] = field(default_factory=list)
     heartbeats: int = 0
+    first_heartbeat: datetime | None = None
     last_heartbeat: datetime | None = None
     outcome: str | None = None  # the agent's outcome kind, or what ended the instance
     notice_at: datetime | None = None
@@ -282,6 +296,16 @@ class InstanceWorker:
     # --- lifecycle -----------------------------------------------------------------------------------
 
     def start(self) -> None:
+        # IMDS holds the instance from its launch: a notice or a rebalance recommendation during the boot
+        # is there when the agent first looks
+        pool = self.launch.pool
+        self.host.imds.register(
+            self.instance_id,
+            instance_type=pool.instance_type,
+            availability_zone=pool.availability_zone,
+            region=self.host.region,
+            tags={TAG_JOB_ID: self.job_id, TAG_ATTEMPT: str(self.attempt)},
+        )
         self.host.schedule(self.launch.at + BOOT, f"{self.instance_id} running", self._running)
         if self.interruption_at is not None and self.launch.pool.market is Market.SPOT:
             warning = max(self.launch.at, self.interruption_at - NOTICE)
@@ -311,14 +335,6 @@ class InstanceWorker:
             return
         self.state = "running"
         self.host.emit("running", self.instance_id)
-        pool = self.launch.pool
-        self.host.imds.register(
-            self.instance_id,
-            instance_type=pool.instance_type,
-            availability_zone=pool.availability_zone,
-            region=self.host.region,
-            tags={TAG_JOB_ID: self.job_id, TAG_ATTEMPT: str(self.attempt)},
-        )
         for fault in self.faults:
             begin, end = fault.window(self.start_monotonic)
             if fault.kind is FaultKind.IMDS_SLOW:
@@ -408,18 +424,35 @@ class InstanceWorker:
             self._on_checkpoint(record, now, committed=message == "checkpoint committed")
             return
         if message in {"reported on the task token", "the task token was already closed: outcome kept locally"}:
-            details = {
+            reported: dict[str, Any] = {
                 "outcome": getattr(record, "outcome", None),
                 "error": getattr(record, "error", None),
+                "exit_code": getattr(record, "exit_code", None),
                 "accepted": message == "reported on the task token",  # False: the token was already closed
             }
-            self.events.append(AgentEvent(now, "reported", details))
+            self.events.append(AgentEvent(now, "reported", reported))
             return
         known = _AGENT_LINES.get(message)
         if known is None:
+            if record.levelno >= logging.WARNING:  # whatever else went wrong, in the agent's own words
+                self.events.append(AgentEvent(now, "warning", {"message": message, **_error_of(record)}))
             return
         event, names = known
-        self.events.append(AgentEvent(now, event, _pick(record, *names)))
+        details = _pick(record, *names)
+        if message == "the final checkpoint failed":
+            details["reason"] = "final"
+        details |= _error_of(record)
+        if event == "imds-unanswered":
+            details = {"errors": [details.pop("error", None)], "count": 1, "until": _iso(now)}
+        previous = self.events[-1] if self.events else None
+        if event == "imds-unanswered" and previous is not None and previous.event == event:
+            # IMDS down for a while: one entry that says how often, with which errors, until when
+            errors = list(previous.details["errors"])
+            errors += [e for e in details["errors"] if e not in errors]
+            count = int(previous.details.get("count", 1)) + 1
+            self.events[-1] = AgentEvent(previous.at, event, {"errors": errors, "count": count, "until": _iso(now)})
+            return
+        self.events.append(AgentEvent(now, event, details))
         if event == "restored":
             work = getattr(record, "work_done_hours", None)
             held = f" ({work:.2f} h of work)" if isinstance(work, int | float) else ""
@@ -500,13 +533,20 @@ class InstanceWorker:
         self.state = "gone"
         self._instance.alive = False
         self.outcome = self.outcome or outcome
-        if self.heartbeats:
-            self.events.append(
-                AgentEvent(self.last_heartbeat or self.host.now(), "heartbeats", {"count": self.heartbeats})
-            )
+        if self._runner is not None:
+            for job in self._runner.jobs.values():
+                job.kill()  # its thread wakes and ends (a hung job waits for nothing else)
 
     def summary(self) -> list[dict[str, Any]]:
-        events = list(self.events)
-        if self.state != "gone" and self.heartbeats:
-            events.append(AgentEvent(self.last_heartbeat or self.host.now(), "heartbeats", {"count": self.heartbeats}))
-        return [e.to_json() for e in sorted(events, key=lambda e: e.at)]
+        """What the agent did, in order, then one line of its heartbeats: how many, first and last."""
+        lines = [e.to_json() for e in sorted(self.events, key=lambda e: e.at)]
+        if self.heartbeats and self.first_heartbeat is not None and self.last_heartbeat is not None:
+            lines.append(
+                {
+                    "at": _iso(self.last_heartbeat),
+                    "event": "heartbeats",
+                    "count": self.heartbeats,
+                    "first": _iso(self.first_heartbeat),
+                }
+            )
+        return lines

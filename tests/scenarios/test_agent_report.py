@@ -107,6 +107,7 @@ def test_the_interrupted_attempt_sigkills_a_job_ignoring_sigterm_and_commits_a_f
         "event": "reported",
         "outcome": "interrupted",
         "error": "SpotInterrupted",
+        "exit_code": -9,  # the job was killed at its grace
         "accepted": True,
     }
     order = kinds(agent)
@@ -134,12 +135,12 @@ def test_the_notice_to_final_checkpoint_time_is_reported(attempts: list[dict[str
 
 def test_imds_errors_are_reported_for_the_fault_window_only(attempts: list[dict[str, Any]]) -> None:
     agent: list[Event] = attempts[0]["agent"]
-    unanswered = [e for e in agent if e["event"] == "imds-unanswered"]
+    (unanswered,) = [e for e in agent if e["event"] == "imds-unanswered"]  # one entry for the whole spell
     # Then the agent said IMDS did not answer (503), from 20m until the window closed at 25m
-    assert unanswered
-    assert all("HTTP 503" in e["error"] for e in unanswered)
-    assert min(map(minutes_from_start, unanswered)) == pytest.approx(20, abs=0.2)
-    assert all(20 <= minutes_from_start(e) < 25 for e in unanswered)
+    assert all("HTTP 503" in error for error in unanswered["errors"])
+    assert minutes_from_start(unanswered) == pytest.approx(20, abs=0.2)
+    assert 20 <= minutes_from_start({"at": unanswered["until"]}) < 25
+    assert unanswered["count"] == 2 * 5  # both paths, logged once a minute each
     # and attempt 2 (no fault) never did
     assert "imds-unanswered" not in kinds(attempts[1]["agent"])
 
@@ -161,6 +162,7 @@ def test_the_relaunched_attempt_restores_the_final_checkpoint_and_finishes(attem
         "event": "reported",
         "outcome": "succeeded",
         "error": None,
+        "exit_code": 0,
         "accepted": True,
     }
     assert only(agent, "heartbeats")["count"] > 0
@@ -180,3 +182,58 @@ def test_the_notice_to_checkpoint_expectation_passes_and_fails_on_its_bound(repl
     assert took is not None
     assert f"attempt 1: final checkpoint {took:.0f} s after the notice > 60 s" in within_one_minute.detail
     assert replayed.to_json()["expectations"] == {"passed": 1, "failed": 1}
+
+
+def test_a_replay_leaves_no_thread_of_its_instances_behind(replayed: ReplayResult) -> None:
+    # Given the replay above is over, then no agent, heartbeat, checkpoint or job thread of it is left
+    import threading
+
+    from spotrelay.local.bench_replay import AGENT_THREADS
+
+    assert [t.name for t in threading.enumerate() if t.name.startswith(AGENT_THREADS)] == []
+
+
+BOOT_NOTICE = f"""\
+# The pool's capacity goes 150 s after the launch: the warning comes while the instance still boots.
+name: boot-notice
+region: us-east-1
+start: 2026-11-30T00:00:00Z
+seed: 7
+horizon: 4h
+market:
+  prices:
+    - {{instance_type: g6.xlarge, availability_zone: us-east-1a, spot_price_usd_per_hour: 0.35}}
+    - {{instance_type: g6.xlarge, availability_zone: us-east-1b, spot_price_usd_per_hour: 0.40}}
+  outages:
+    - {{instance_type: g6.xlarge, availability_zone: us-east-1a, from: 150s, to: 6h}}
+jobs:
+  - {{at: 0m, name: early, spec: {{file: {REPO_ROOT / "events" / "jobs" / "resnet50.yaml"}}}, work_hours: 0.5}}
+expect:
+  - {{job: early, state: SUCCEEDED, min_attempts: 2, max_notice_to_checkpoint_seconds: 60}}
+"""
+
+
+def test_a_notice_during_the_boot_is_in_imds_when_the_agent_first_looks(
+    synthesized_template: Path, tmp_path: Path
+) -> None:
+    # Given a warning that comes 30 s after the launch, before the instance is running
+    path = tmp_path / "boot-notice.yaml"
+    path.write_text(BOOT_NOTICE)
+    # When it is replayed
+    result = replay(load_scenario(path), template=synthesized_template)
+    first = result.to_json()["jobs"][0]["attempts"][0]
+    # Then the agent saw it at its first poll, a minute after the launch, and committed a final checkpoint
+    notice = next(e for e in first["agent"] if e["event"] == "notice")
+    seen = next(e for e in first["agent"] if e["event"] == "notice-seen")
+    assert (notice["at"], seen["at"]) == ("2026-11-30T00:00:30Z", "2026-11-30T00:01:00Z")
+    assert [c["committed"] for c in first["agent"] if c["event"] == "checkpoint" and c["reason"] == "final"] == [True]
+    assert result.passed, [e.detail for e in result.expectations]
+
+
+def test_a_fault_for_a_job_the_scenario_never_submits_is_refused_before_the_replay(tmp_path: Path) -> None:
+    from spotrelay.local.scenario import ScenarioError
+
+    path = tmp_path / "typo.yaml"
+    path.write_text(BOOT_NOTICE + "faults:\n  - {job: eraly, kind: agent-dies}\n")
+    with pytest.raises(ScenarioError, match=r"faults name no job it submits: eraly \(its jobs: early\)"):
+        replay(load_scenario(path))

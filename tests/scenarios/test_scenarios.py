@@ -250,6 +250,7 @@ def flagship_resnet50_agents(result: ReplayResult) -> None:
         "event": "reported",
         "outcome": "interrupted",
         "error": "SpotInterrupted",
+        "exit_code": 0,  # the job saved at SIGTERM and exited
         "accepted": True,
     }
     periodic = [c for c in events_of(first, "checkpoint") if c["reason"] == "periodic"]
@@ -278,7 +279,10 @@ def test_agent_faults_are_survived(replayed: Replayed) -> None:
     # IMDS answering 503 is logged (once a minute per error) and S3 refusing an upload loses one periodic
     # checkpoint, not the job
     flaky = job(result, "flaky-deps")["attempts"][0]
-    assert len(events_of(flaky, "imds-unanswered")) == 2 * 20
+    (unanswered,) = events_of(flaky, "imds-unanswered")  # 20 minutes of it: one entry
+    assert unanswered["count"] == 2 * 20  # each of the two paths polled, logged once a minute
+    assert [e.rsplit(": ", 1)[-1] for e in unanswered["errors"]] == ["HTTP 503", "HTTP 503"]
+    assert (unanswered["at"], unanswered["until"]) == ("2026-11-30T00:20:00Z", "2026-11-30T00:39:00Z")
     assert len(events_of(flaky, "checkpoint-failed")) == 1
     # a job that ignores SIGTERM is killed at its grace; the final checkpoint is still committed
     (stubborn, _) = job(result, "stubborn")["attempts"]
