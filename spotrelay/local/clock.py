@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from spotrelay.clock import SystemThread
+from spotrelay.clock import ClockEvent, SystemThread
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 CLOSE_JOIN_SECONDS = 30.0  # real seconds close() waits for each process thread to end (a hang guard)
@@ -93,18 +93,6 @@ def _aware(when: datetime) -> datetime:
 # ------------------------------------------------------------------------------------------- contract
 
 
-class ClockEventLike(Protocol):
-    """What moto's callback endpoints use of `threading.Event`."""
-
-    def is_set(self) -> bool: ...
-
-    def set(self) -> None: ...
-
-    def clear(self) -> None: ...
-
-    def wait(self, timeout: float | None = None) -> bool: ...
-
-
 class SimulationClock(Protocol):
     """What the moto patches and the in-process Lambda functions need of a clock."""
 
@@ -112,9 +100,9 @@ class SimulationClock(Protocol):
 
     def sleep(self, seconds: float) -> None: ...
 
-    def sleep_until(self, when: datetime, *, interrupt: ClockEventLike | None = None) -> bool: ...
+    def sleep_until(self, when: datetime, *, interrupt: ClockEvent | None = None) -> bool: ...
 
-    def event(self) -> ClockEventLike: ...
+    def event(self) -> ClockEvent: ...
 
     def spawn(self, name: str) -> object: ...
 
@@ -240,7 +228,7 @@ class VirtualClock:
     def sleep(self, seconds: float) -> None:
         self.sleep_until(self.now() + _span(seconds))
 
-    def sleep_until(self, when: datetime, *, interrupt: ClockEventLike | None = None) -> bool:
+    def sleep_until(self, when: datetime, *, interrupt: ClockEvent | None = None) -> bool:
         """Block until virtual time reaches `when`, or `interrupt` (a VirtualEvent of this clock) is set.
         Returns True if it was interrupted."""
         event = interrupt if isinstance(interrupt, VirtualEvent) else None
@@ -511,7 +499,7 @@ class WallClock:
     def sleep(self, seconds: float) -> None:
         self.sleep_until(self.now() + timedelta(seconds=max(0.0, float(seconds))))
 
-    def sleep_until(self, when: datetime, *, interrupt: ClockEventLike | None = None) -> bool:
+    def sleep_until(self, when: datetime, *, interrupt: ClockEvent | None = None) -> bool:
         deadline = _aware(when)
         while (remaining := (deadline - self.now()).total_seconds()) > 0:
             if interrupt is not None:

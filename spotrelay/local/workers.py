@@ -56,6 +56,7 @@ from spotrelay.models import JobSpec, Market
 BOOT = timedelta(seconds=60)  # launch -> `running`
 NOTICE = timedelta(minutes=2)  # interruption warning -> termination
 TERMINATED_AFTER = timedelta(seconds=30)  # TerminateInstances -> the `terminated` state change
+IMDS_SPELL_GAP = timedelta(minutes=2)  # IMDS errors this close together are one spell (the agent logs once a minute)
 
 
 class WorkerHost(Protocol):
@@ -89,7 +90,9 @@ class Gone(BaseException):
 
 
 @dataclass
-class _Life:
+class Life:
+    """One life of a process group on an instance (the instance's, or one agent process's)."""
+
     alive: bool = True
 
 
@@ -118,7 +121,7 @@ class MortalClock:
     """The virtual clock as one process group on an instance sees it (spotrelay.clock.WaitingClock):
     once any of its lives ends (the instance, the agent process), a wait raises Gone."""
 
-    def __init__(self, clock: VirtualClock, *lives: _Life) -> None:
+    def __init__(self, clock: VirtualClock, *lives: Life) -> None:
         self._clock = clock
         self._lives = lives
 
@@ -274,8 +277,8 @@ class InstanceWorker:
     notice_seen_at: datetime | None = None
     final_checkpoint_seconds: float | None = None  # from the notice (as IMDS gave it) to the final commit
     checkpoints: int = 0
-    _instance: _Life = field(default_factory=_Life)
-    _agent_life: _Life | None = None
+    _instance: Life = field(default_factory=Life)
+    _agent_life: Life | None = None
     _runner: SimulatedJobRunner | None = None
 
     @property
@@ -363,7 +366,7 @@ class InstanceWorker:
     def _start_agent(self) -> None:
         """`spotrelay agent` starts (systemd): a new agent process, on a new life of its own."""
         assert self._runner is not None
-        life = _Life()
+        life = Life()
         self._agent_life = life
         clock = MortalClock(self.host.clock, self._instance, life)
         windows = [
@@ -444,13 +447,19 @@ class InstanceWorker:
         details |= _error_of(record)
         if event == "imds-unanswered":
             details = {"errors": [details.pop("error", None)], "count": 1, "until": _iso(now)}
-        previous = self.events[-1] if self.events else None
-        if event == "imds-unanswered" and previous is not None and previous.event == event:
+        previous = next((e for e in reversed(self.events) if e.event == event), None)
+        if (
+            event == "imds-unanswered"
+            and previous is not None
+            and now - datetime.fromisoformat(str(previous.details["until"]).replace("Z", "+00:00")) <= IMDS_SPELL_GAP
+        ):
             # IMDS down for a while: one entry that says how often, with which errors, until when
             errors = list(previous.details["errors"])
             errors += [e for e in details["errors"] if e not in errors]
             count = int(previous.details.get("count", 1)) + 1
-            self.events[-1] = AgentEvent(previous.at, event, {"errors": errors, "count": count, "until": _iso(now)})
+            self.events[self.events.index(previous)] = AgentEvent(
+                previous.at, event, {"errors": errors, "count": count, "until": _iso(now)}
+            )
             return
         self.events.append(AgentEvent(now, event, details))
         if event == "restored":

@@ -12,7 +12,6 @@ Two worlds share those resources:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -32,9 +31,9 @@ from spotrelay.agent.logs import LOGGER_NAME, configure_json_logging
 from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
-from spotrelay.clock import ClockEvent, ClockThread
 from spotrelay.local.clock import VirtualClock
 from spotrelay.local.imds import ENDPOINT, InstanceMetadataService
+from spotrelay.local.workers import Gone, Life, MortalClock
 from spotrelay.models import Attempt, Job, JobSpec, Pool
 
 from .imds_stub import ImdsStub
@@ -216,72 +215,13 @@ class World:
 # --- the virtual-clock world ------------------------------------------------------------------------
 
 
-class AgentKilled(BaseException):
-    """The agent's process was killed (SIGKILL): its threads end at their next wait on the clock.
-    A BaseException, so that the agent's `except Exception` never takes it for an error of its own."""
-
-
-class _KillableEvent:
-    def __init__(self, inner: ClockEvent, clock: KillableClock) -> None:
-        self._inner = inner
-        self._clock = clock
-
-    def is_set(self) -> bool:
-        return self._inner.is_set()
-
-    def set(self) -> None:
-        self._inner.set()
-
-    def clear(self) -> None:
-        self._inner.clear()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self._clock.check()
-        fired = self._inner.wait(timeout)
-        self._clock.check()
-        return fired
-
-
-class KillableClock:
-    """The virtual clock as one agent process sees it: once `killed`, every wait raises AgentKilled."""
-
-    def __init__(self, clock: VirtualClock) -> None:
-        self._clock = clock
-        self.killed = False
-
-    def check(self) -> None:
-        if self.killed:
-            raise AgentKilled
-
-    def now(self) -> datetime:
-        return self._clock.now()
-
-    def monotonic(self) -> float:
-        return self._clock.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        self.check()
-        self._clock.sleep(seconds)
-        self.check()
-
-    def event(self) -> ClockEvent:
-        return _KillableEvent(self._clock.event(), self)
-
-    def start_thread(self, name: str, target: Callable[[], None]) -> ClockThread:
-        def run() -> None:
-            with contextlib.suppress(AgentKilled):
-                target()
-
-        return self._clock.start_thread(name, run)
-
-
 class ClockAgent:
     """`agent.run()` as a process of the virtual clock (systemd's `spotrelay agent` on its instance)."""
 
-    def __init__(self, agent: Agent, clock: VirtualClock, agent_clock: KillableClock) -> None:
+    def __init__(self, agent: Agent, clock: VirtualClock, life: Life) -> None:
         self.agent = agent
         self.clock = clock
-        self.agent_clock = agent_clock
+        self.life = life
         self.result: AgentResult | None = None
         self.error: Exception | None = None
         self.killed = False
@@ -292,7 +232,7 @@ class ClockAgent:
     def _run(self) -> None:
         try:
             self.result = self.agent.run()
-        except AgentKilled:
+        except Gone:
             self.killed = True
         except Exception as e:  # surfaced by the test (VirtualWorld.finish)
             self.error = e
@@ -302,7 +242,7 @@ class ClockAgent:
     def kill(self) -> None:
         """SIGKILL: the agent's threads end at their next wait; the job and the state file stay."""
         with self.clock.exclusive():
-            self.agent_clock.killed = True
+            self.life.alive = False
 
     def stop(self) -> None:
         """SIGTERM: the agent leaves at its next poll with the job running."""
@@ -366,7 +306,8 @@ class VirtualWorld(World):
             "state_dir": self.tmp_path / f"state-{job_id}-{attempt}",
             "checkpoint_dir": self.checkpoint_dir(attempt),
         }
-        agent_clock = KillableClock(self.clock)
+        life = Life()
+        agent_clock = MortalClock(self.clock, life)
         agent = Agent(
             job_id=job_id,
             attempt=attempt,
@@ -378,7 +319,7 @@ class VirtualWorld(World):
             runner=self.runner(attempt),
             clock=agent_clock,
         )
-        process = ClockAgent(agent, self.clock, agent_clock)
+        process = ClockAgent(agent, self.clock, life)
         self.processes.append(process)
         self.clock.wait_quiescent()
         return process
