@@ -7,11 +7,15 @@ TEMPLATE := cdk.out/SpotRelay.template.json
 
 .PHONY: demo test lint format typecheck unit synth bench-place bench-agent lock clean
 
+# uv installs the lock file exactly as pip would (the same hashes), in seconds instead of two minutes.
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv pip install --python $(BIN)/python --quiet
+
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@$(BIN)/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock 2>&1 | grep -v "^WARNING: Location" || true
-	$(BIN)/python -m pip install --quiet --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
+	@$(BIN)/python -m pip install --quiet uv==$(UV_VERSION) 2>&1 | grep -v "^WARNING: Location" || true
+	$(UV) --require-hashes -r requirements.lock
+	$(UV) --no-deps -e .
 	@$(BIN)/python -c "import spotrelay, pydantic, typer" # fail here, not later, if the install broke
 	@touch $@
 
@@ -81,7 +85,7 @@ bench: $(STAMP)
 
 ## lock: re-resolve requirements.lock from pyproject.toml (needs network to PyPI)
 lock:
-	$(BIN)/python -m pip install --quiet uv
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
 	$(BIN)/uv pip compile pyproject.toml --all-extras --python-version 3.11 --generate-hashes -o requirements.lock
 
 clean:

@@ -26,7 +26,8 @@ a large upload is in flight; a notice cancels such an upload (what it finished s
 the final checkpoint uploads only what is still missing.
 
 Migration back to spot: the control plane (reconcile) sets `migrate_requested_at` on the attempt record
-of a job it wants off its on-demand instance. The agent reads the record every `migrate_poll_seconds`
+of a job it wants off its on-demand instance. The agent of an on-demand attempt (only those are ever
+asked) reads the record every `migrate_poll_seconds`
 on a thread of its own (a slow DynamoDB never holds up the IMDS poll) and answers like a spot notice,
 recorded in the state file the same way (`reason: migrate`), so a restarted agent finishes the stop
 instead of watching the job; the task fails with `Migrating`, and Recover closes the attempt and
@@ -111,7 +112,7 @@ from spotrelay.agent.state import DEFAULT_STATE_DIR, AgentState, NoticeRecord, O
 from spotrelay.clock import SYSTEM_CLOCK, ClockThread, WaitingClock
 from spotrelay.config import ERROR_CHECKPOINT_CORRUPT, ERROR_JOB_FAILED, ERROR_MIGRATING, ERROR_SPOT_INTERRUPTED
 from spotrelay.control.ports import CheckpointPointer, NotFoundError
-from spotrelay.models import Attempt, Job, JobSpec
+from spotrelay.models import Attempt, Job, JobSpec, Market
 
 _Read = TypeVar("_Read")
 _Result = TypeVar("_Result")
@@ -309,6 +310,7 @@ class Agent:
         self._in_flight_cancel = clock.event()
         self._next_periodic = 0.0
         self._migrate_read: Future[Attempt] | None = None
+        self._may_be_asked_to_migrate = True
         self._next_migrate_read = 0.0
         self._handover: _DeferredHandover | None = None  # a migration waiting for the job's next save
         self._request_withdrawn = False  # the latest read of the record found no migration request
@@ -351,6 +353,9 @@ class Agent:
             monotonic=self.clock.monotonic,
         )
         record = self._wait_for_attempt_record()
+        # Only an on-demand attempt is ever asked to migrate (reconcile moves jobs from on-demand back to
+        # spot: spotrelay/control/reconcile.py), so only its agent reads its record for a request.
+        self._may_be_asked_to_migrate = record.pool.market is Market.ON_DEMAND
         if self.state.process is None or record.task_token is None:
             stale = self._stale(job, record)
             if stale is not None:
@@ -583,7 +588,7 @@ class Agent:
                 notice = NoticeRecord(action=action.action, time=action.time, seen_at=self.clock.now())
                 self._update(notice=notice)
                 return self._interrupt(job, notice)
-            requested_at = self._handover_due(self._migration_requested())
+            requested_at = self._handover_due(self._migration_requested() if self._may_be_asked_to_migrate else None)
             if requested_at is not None:
                 notice = NoticeRecord(
                     action="migrate", time=requested_at.isoformat(), seen_at=self.clock.now(), reason="migrate"

@@ -34,7 +34,7 @@ from spotrelay.aws.store import DynamoJobStore
 from spotrelay.local.clock import VirtualClock
 from spotrelay.local.imds import ENDPOINT, InstanceMetadataService
 from spotrelay.local.workers import Gone, Life, MortalClock
-from spotrelay.models import Attempt, Job, JobSpec, Pool
+from spotrelay.models import Attempt, Job, JobSpec, Market, Pool
 
 from .imds_stub import ImdsStub
 from .jobs import ScriptedJob, ScriptedRunner
@@ -183,11 +183,13 @@ class World:
                     return str(body["task_token"])
         raise AssertionError(f"no task token of {execution} came through SQS")
 
-    def add_attempt(self, number: int, token: str, job_id: str = JOB_ID, **changes: Any) -> Attempt:
+    def add_attempt(
+        self, number: int, token: str, job_id: str = JOB_ID, *, market: Market = Market.SPOT, **changes: Any
+    ) -> Attempt:
         attempt = Attempt(
             job_id=job_id,
             attempt=number,
-            pool=Pool(instance_type="g6.xlarge", availability_zone="us-east-1a"),
+            pool=Pool(instance_type="g6.xlarge", availability_zone="us-east-1a", market=market),
             hourly_price=0.35,
             instance_id=f"i-{number:017d}",
             started_at=self.now(),

@@ -67,7 +67,7 @@ def running_attempt_1(vworld: VirtualWorld, *, grace_seconds: int, interval_minu
     vworld.submit(
         job_spec("python train.py", Path("/unused"), grace_seconds=grace_seconds, interval_minutes=interval_minutes)
     )
-    vworld.add_attempt(1, vworld.open_task("run-1"))
+    vworld.add_attempt(1, vworld.open_task("run-1"), market=Market.ON_DEMAND)
     agent = vworld.start_agent(1)
     vworld.advance(600)
     return agent
@@ -235,7 +235,7 @@ def test_a_migration_request_stops_the_job_commits_a_final_checkpoint_and_fails_
 def test_a_spot_notice_seen_with_a_migration_request_wins(vworld: VirtualWorld) -> None:
     # Given an attempt whose record asks for a migration and whose instance has a spot notice
     vworld.submit(job_spec("python train.py", Path("/unused")))
-    vworld.add_attempt(1, vworld.open_task("run-1"), migrate_requested_at=REQUESTED_AT)
+    vworld.add_attempt(1, vworld.open_task("run-1"), market=Market.ON_DEMAND, migrate_requested_at=REQUESTED_AT)
     vworld.metadata.register(
         vworld.instance_id(1), instance_type="g6.xlarge", availability_zone="us-east-1a", region="us-east-1", tags={}
     )
@@ -257,7 +257,7 @@ def test_a_failed_read_of_the_attempt_record_is_logged_and_read_again_a_migrate_
 ) -> None:
     # Given a running job whose agent's reads of the attempt record are throttled three times
     vworld.submit(job_spec("python train.py", Path("/unused")))
-    vworld.add_attempt(1, vworld.open_task("run-1"))
+    vworld.add_attempt(1, vworld.open_task("run-1"), market=Market.ON_DEMAND)
     flaky = FlakyAttemptReads(vworld, failures=3)
     agent = vworld.start_agent(1, store=flaky)
 
@@ -279,6 +279,21 @@ def test_a_failed_read_of_the_attempt_record_is_logged_and_read_again_a_migrate_
     assert result.outcome is not None
     assert (result.outcome.kind, result.outcome.error) == ("migrated", ERROR_MIGRATING)
     assert [params["error"] for params in vworld.sent("SendTaskFailure")] == [ERROR_MIGRATING]
+
+
+def test_a_spot_attempts_agent_never_reads_its_record_for_a_migration_request(vworld: VirtualWorld) -> None:
+    # Given a job running on spot (reconcile asks only on-demand attempts to move back to spot)
+    vworld.submit(job_spec("python train.py", Path("/unused")))
+    vworld.add_attempt(1, vworld.open_task("run-1"))
+    reads = FlakyAttemptReads(vworld, failures=0)
+    agent = vworld.start_agent(1, store=reads)
+
+    # When it runs for ten migrate polls
+    vworld.advance(10 * MIGRATE_POLL)
+
+    # Then its agent read the attempt record once, for its task token, and never again
+    assert reads.reads == 1
+    assert not agent.done
 
 
 def test_a_standby_waits_for_the_handover_and_resumes_from_the_final_checkpoint_the_old_attempt_committed(
@@ -338,7 +353,7 @@ def test_a_standby_whose_attempt_is_closed_while_it_waits_never_starts_the_job(
 ) -> None:
     # Given a standby attempt 2 waiting to be handed attempt 1's job
     vworld.submit(job_spec("python train.py", Path("/unused")))
-    vworld.add_attempt(1, vworld.open_task("run-1"))
+    vworld.add_attempt(1, vworld.open_task("run-1"), market=Market.ON_DEMAND)
     add_standby(vworld, 2, handover_from=1)
     standby = vworld.start_agent(2)
     vworld.advance(600)

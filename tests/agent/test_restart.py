@@ -21,6 +21,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from spotrelay.config import ENV_AGENT_LOG_GROUP, ERROR_MIGRATING, TAG_ATTEMPT, TAG_JOB_ID
+from spotrelay.models import Market
 
 from .conftest import (
     BUCKET,
@@ -50,7 +51,7 @@ def test_a_restarted_agent_reattaches_to_the_running_job_instead_of_running_it_a
 ) -> None:
     # Given attempt 1's agent running the job for ten minutes
     vworld.submit(job_spec("python train.py", Path("/unused")))
-    vworld.add_attempt(1, vworld.open_task("run-1"))
+    vworld.add_attempt(1, vworld.open_task("run-1"), market=Market.ON_DEMAND)
     first = vworld.start_agent(1)
     vworld.advance(600)
     job = vworld.job(1)
@@ -89,7 +90,7 @@ def test_a_restarted_agent_finishes_the_migration_it_had_begun_and_does_not_run_
     # Given an agent running attempt 1 on an on-demand instance, whose job takes 40 s to save at SIGTERM
     vworld.submit(job_spec("python train.py", Path("/unused"), grace_seconds=60))
     vworld.runner(1, term_seconds=40)
-    vworld.add_attempt(1, vworld.open_task("run-1"))
+    vworld.add_attempt(1, vworld.open_task("run-1"), market=Market.ON_DEMAND)
     first = vworld.start_agent(1)
     vworld.advance(600)
     job = vworld.job(1)
@@ -132,7 +133,7 @@ def test_what_the_job_prints_while_its_agent_is_stopped_is_forwarded_by_the_next
 ) -> None:
     # Given an agent running attempt 1, stopped by systemd (SIGTERM: it leaves the job running)
     vworld.submit(job_spec("python train.py", Path("/unused")))
-    vworld.add_attempt(1, vworld.open_task("run-1"))
+    vworld.add_attempt(1, vworld.open_task("run-1"), market=Market.ON_DEMAND)
     first = vworld.start_agent(1)
     vworld.advance(60)
     first.stop()
