@@ -66,7 +66,6 @@ class InstanceMetadataRecord:
     instance_action: dict[str, str] | None = None
     rebalance: dict[str, str] | None = None
     faults: list[ImdsFault] = field(default_factory=list)
-    requests: int = 0
 
 
 class InstanceMetadataService:
@@ -118,7 +117,6 @@ class InstanceMetadataService:
         record = self.instances.get(instance_id)
         if record is None:
             return 404, ""
-        record.requests += 1
         now = self.clock.monotonic()
         fault = next((f for f in record.faults if f.start <= now < f.end and f.status is not None), None)
         if fault is not None and fault.status is not None:

@@ -269,7 +269,7 @@ class Replay:
         self._workers_by_attempt: dict[tuple[str, int], InstanceWorker] = {}
         self.imds = InstanceMetadataService(self.clock)
         self.region = scenario.region
-        self.logbook = AgentLogbook(self.clock)
+        self.logbook = AgentLogbook(self.clock, self._workers_by_attempt)
         self._seen_launches = 0
         self._seen_refusals = 0
         self._seen_invocations = 0
@@ -487,7 +487,6 @@ class Replay:
         )
         self.workers[launch.instance_id] = worker
         self._workers_by_attempt[(job_id, attempt)] = worker
-        self.logbook.workers[(job_id, attempt)] = worker
         price = f", ${launch.spot_price:.3f}/h" if launch.spot_price is not None else ""
         verb = "placed on" if attempt == 1 else f"relaunched (attempt {attempt}) on"
         try:

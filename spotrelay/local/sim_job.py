@@ -67,7 +67,6 @@ class SimulatedJob:
         self.progress_file = Path(env.get(ENV_PROGRESS_FILE, str(self.dir / PROGRESS_FILE_NAME)))
         self.work_at_start = self._restored_work() if env.get(ENV_RESUMED) == "1" else 0.0
         self.started = clock.monotonic()
-        self.saved_work = self.work_at_start
         self.saves = 0
         self.code: int | None = None
         self.ended_at: float | None = None
@@ -178,7 +177,6 @@ class SimulatedJob:
             temporary = path.with_name(f".{path.name}.tmp")
             temporary.write_text(text)
             temporary.replace(path)
-        self.saved_work = work
         self.saves += 1
         self._log("saved", work_done_hours=round(work, 6))
 

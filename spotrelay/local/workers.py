@@ -205,10 +205,10 @@ class AgentLogbook(logging.Handler):
     """Takes the agents' log lines during a replay (instead of stdout) and hands each to its worker,
     stamped with virtual time (the line is logged by a process holding the clock's baton)."""
 
-    def __init__(self, clock: VirtualClock) -> None:
+    def __init__(self, clock: VirtualClock, workers: dict[tuple[str, int], InstanceWorker]) -> None:
         super().__init__(logging.INFO)
         self.clock = clock
-        self.workers: dict[tuple[str, int], InstanceWorker] = {}
+        self.workers = workers  # by (job id, attempt): the replay's own map, read as lines come
         self._saved: tuple[list[logging.Handler], bool, int] | None = None
 
     def emit(self, record: logging.LogRecord) -> None:

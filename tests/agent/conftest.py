@@ -31,6 +31,7 @@ from spotrelay.agent.logs import LOGGER_NAME, configure_json_logging
 from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
+from spotrelay.clock import SYSTEM_CLOCK
 from spotrelay.local.clock import VirtualClock
 from spotrelay.local.imds import ENDPOINT, InstanceMetadataService
 from spotrelay.local.workers import Gone, Life, MortalClock
@@ -381,7 +382,7 @@ class Records(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
-        self.times.append(self.clock.now() if self.clock is not None else datetime.now(UTC))
+        self.times.append((self.clock or SYSTEM_CLOCK).now())
 
     def named(self, message: str, attempt: int | None = None) -> list[tuple[datetime, logging.LogRecord]]:
         """(when, record) of every record with `message` (of `attempt`)."""
