@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import io
 import json
 import re
 import sys
 import threading
 import traceback
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, redirect_stdout, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -241,17 +240,13 @@ class InProcessLambdas:
                 log_stream_name=f"local/{request_id}",
                 timeout_seconds=int(function.timeout),
             )
-            # What a handler prints (Powertools' EMF metrics among it) is its log, as on Lambda (CloudWatch
-            # Logs), never the caller's stdout: a CLI's output or a replay's timeline. Invocations hold the
-            # lock, so one at a time swaps sys.stdout.
-            printed = io.StringIO()
             try:
-                with self._environment(self.environment(function)), redirect_stdout(printed):
+                with self._environment(self.environment(function)):
                     result = handler(event, context)
             except Exception as e:
                 return self._failed(record, e)
             record.result = result
-            return json.dumps(result, default=str), False, printed.getvalue()
+            return json.dumps(result, default=str), False, ""
 
     @staticmethod
     def _failed(record: Invocation, error: BaseException, error_type: str | None = None) -> tuple[str, bool, str]:
