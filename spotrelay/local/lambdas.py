@@ -41,6 +41,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from aws_lambda_powertools import Metrics
+
 from spotrelay.local import function_environment
 from spotrelay.local.clock import SimulationClock
 
@@ -58,6 +60,17 @@ RUNTIME_ENV = {"AWS_MAX_ATTEMPTS": "1", "POWERTOOLS_TRACE_DISABLED": "true"}
 
 QUIET_ENV = {"POWERTOOLS_LOG_LEVEL": "ERROR", "POWERTOOLS_METRICS_DISABLED": "true"}
 """Overrides that keep the handlers' logs and EMF metrics off stdout (the replay prints its own)."""
+
+
+def _end_metric_set() -> None:
+    """End the invocation's EMF metric set, as `@metrics.log_metrics` does on Lambda when it flushes.
+
+    With POWERTOOLS_METRICS_DISABLED, Powertools (3.x) skips the flush *and* the clear, so the
+    metrics of every in-process invocation pile up in its process-wide metric set (shared by all
+    `Metrics` instances) until `add_metric` reaches 100 values and prints them to stdout regardless
+    of the setting: into whatever output the process had then (a CLI test's, once). On Lambda each
+    invocation's set ends with it; here too."""
+    Metrics().clear_metrics()
 
 
 class LambdaFunctionLike(Protocol):
@@ -245,6 +258,8 @@ class InProcessLambdas:
                     result = handler(event, context)
             except Exception as e:
                 return self._failed(record, e)
+            finally:
+                _end_metric_set()
             record.result = result
             return json.dumps(result, default=str), False, ""
 

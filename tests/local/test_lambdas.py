@@ -180,3 +180,33 @@ def test_a_nested_invocation_sees_its_own_environment_and_its_caller_gets_its_ow
     assert outer_seen["WRITTEN_BY_HANDLER"] == "place"  # what the nested one wrote stayed in its invocation
     # And the caller's thread is back to the process's environment
     assert dict(os.environ) == before
+
+
+COUNTING = """\
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+metrics = Metrics(namespace="spotrelay-test")
+
+
+@metrics.log_metrics
+def handler(event, context):
+    metrics.add_metric(name="Counted", unit=MetricUnit.Count, value=1)
+    return {}
+"""
+
+
+def test_quiet_in_process_metrics_never_reach_the_callers_stdout(
+    tmp_path: Path, clock: VirtualClock, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Given a function that adds one metric per invocation, run quiet (metrics disabled), as the replay runs it
+    (tmp_path / "handlers").mkdir()
+    (tmp_path / "handlers" / "counting.py").write_text(COUNTING)
+    lambdas = InProcessLambdas(clock, code_root=tmp_path, overrides={"POWERTOOLS_METRICS_DISABLED": "true"})
+    function = ProbeFunction("counting", {}, handler="handlers/counting.handler")
+    capfd.readouterr()
+    # When it is invoked more times than an EMF metric set holds values (100)
+    answers = [lambdas.invoke(function, {}) for _ in range(150)]
+    # Then every invocation succeeded and nothing was printed: each invocation's metric set ended with it
+    assert all(not errored for _, errored, _ in answers)
+    assert capfd.readouterr().out == ""
