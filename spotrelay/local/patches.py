@@ -48,6 +48,15 @@ EC2 (only with a market, `spotrelay.local.ec2_market`)
   recorded as a moto fleet; stock moto takes the first override, ignores capacity and the overrides'
   zones); catalog GPU types moto lacks are added to its instance-type tables.
 
+Speed (the same answers, less work: a replay makes thousands of calls and moto's generic response
+serializer was most of their cost)
+- `BaseJSONSerializer._serialize_type_structure`: a DynamoDB `AttributeValue` ({"S": ...}, {"M": ...},
+  ...) becomes its wire JSON directly; the generic path asks the value picker for each of the shape's ten
+  members at every level of every item (a 40-attribute GetItem: 16 ms, most of it there). Anything
+  else, or an attribute value of a shape this does not know, takes moto's path.
+- `moto.core.responses.method_names_from_class`: remembered per class (`inspect.getmembers` over the
+  whole response class at every request).
+
 Executions left behind
 - moto forgets an execution's backend on reset, not its threads: an execution that an earlier mock in
   this process left running (a test's, a stopped server's) wakes when its real-time Wait, Retry or
@@ -80,6 +89,8 @@ from typing import Any, cast
 
 import moto
 from moto.awslambda.models import LambdaFunction
+from moto.core import responses as moto_responses
+from moto.core.serialize import BaseJSONSerializer
 from moto.ec2.models import instance_types as moto_instance_types
 from moto.ec2.models.fleets import Fleet, FleetsBackend
 from moto.ec2.models.flow_logs import FlowLogs, FlowLogsBackend
@@ -269,6 +280,13 @@ EXPECTED: tuple[Expected, ...] = (
         "(self, action: 'str', resource: 'str') -> 'Any'",
         ("iam_policy = IAMPolicy(self.policy.decode())",),
     ),
+    Expected(
+        BaseJSONSerializer,
+        "_serialize_type_structure",
+        "(self, serialized: 'Serialized', value: 'Any', shape: 'StructureShape', key: 'str') -> 'None'",
+        ("super()._serialize_type_structure(serialized, value, shape, key)",),
+    ),
+    Expected(moto_responses, "method_names_from_class", "(clazz: 'object') -> 'list[str]'"),
     Expected(InstanceResponse, "run_instances", "(self) -> moto.core.responses.ActionResult"),
     Expected(  # the market tells the replay's instances when the control plane terminates them
         InstanceResponse,
@@ -460,6 +478,7 @@ def install(clock: SimulationClock, lambdas: InProcessLambdas, market: Ec2Market
             _patch_clock(patcher, clock)
             _patch_cloudformation(patcher)
             _patch_s3(patcher)
+            _patch_speed(patcher)
             if market is not None:
                 _patch_ec2(patcher, market)
         except BaseException:
@@ -852,6 +871,84 @@ def _patch_s3(patcher: _Patcher) -> None:
         return IAMPolicy(json.dumps({**document, "Statement": unconditioned})).is_action_permitted(action, resource)
 
     patcher.replace(FakeBucket, "get_permission", get_permission)
+
+
+# --- speed -------------------------------------------------------------------------------------------
+
+# DynamoDB's AttributeValue members (botocore's dynamodb service model) and what each holds
+_SCALAR_MEMBERS = frozenset({"S", "N"})
+_FLAG_MEMBERS = frozenset({"NULL", "BOOL"})
+_ATTRIBUTE_VALUE_MEMBERS = frozenset({"S", "N", "B", "SS", "NS", "BS", "M", "L", "NULL", "BOOL"})
+
+
+class _NotPlain(Exception):
+    """An attribute value the direct path does not convert (moto's generic path takes it)."""
+
+
+def _attribute_value_json(serializer: BaseJSONSerializer, value: Any) -> dict[str, Any]:
+    """{"S": "x"} / {"M": {...}} / ... as DynamoDB's JSON protocol has it, exactly as moto's generic
+    serializer writes it (blobs base64, numbers as strings, None members left out)."""
+    if type(value) is not dict or not value.keys() <= _ATTRIBUTE_VALUE_MEMBERS:
+        raise _NotPlain
+    out: dict[str, Any] = {}
+    for member, inner in value.items():
+        if inner is None:
+            continue
+        if member in _SCALAR_MEMBERS:
+            if type(inner) is not str:
+                raise _NotPlain
+            out[member] = inner
+        elif member in _FLAG_MEMBERS:
+            if type(inner) is not bool:
+                raise _NotPlain
+            out[member] = inner
+        elif member == "B":
+            if not isinstance(inner, bytes | str):
+                raise _NotPlain
+            out[member] = serializer._base64(inner)
+        elif member in ("SS", "NS"):
+            if type(inner) is not list or not all(type(i) is str for i in inner):
+                raise _NotPlain
+            out[member] = list(inner)
+        elif member == "BS":
+            if type(inner) is not list or not all(isinstance(i, bytes | str) for i in inner):
+                raise _NotPlain
+            out[member] = [serializer._base64(i) for i in inner]
+        elif member == "M":
+            if type(inner) is not dict:
+                raise _NotPlain
+            out[member] = {str(k): _attribute_value_json(serializer, v) for k, v in inner.items() if v is not None}
+        else:  # "L"
+            if type(inner) is not list:
+                raise _NotPlain
+            out[member] = [_attribute_value_json(serializer, v) for v in inner]
+    return out
+
+
+def _patch_speed(patcher: _Patcher) -> None:
+    original_structure: Callable[..., None] = patcher.original(BaseJSONSerializer, "_serialize_type_structure")
+
+    def serialize_type_structure(self: BaseJSONSerializer, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        if key and shape.name == "AttributeValue" and shape.members.keys() == _ATTRIBUTE_VALUE_MEMBERS:
+            try:
+                serialized[self.get_serialized_name(shape, key)] = _attribute_value_json(self, value)
+                return
+            except _NotPlain:
+                pass
+        original_structure(self, serialized, value, shape, key)
+
+    patcher.replace(BaseJSONSerializer, "_serialize_type_structure", serialize_type_structure)
+
+    original_names: Callable[[object], list[str]] = patcher.original(moto_responses, "method_names_from_class")
+    names: dict[object, list[str]] = {}
+
+    def method_names_from_class(clazz: object) -> list[str]:
+        known = names.get(clazz)
+        if known is None:
+            known = names[clazz] = original_names(clazz)
+        return list(known)
+
+    patcher.replace(moto_responses, "method_names_from_class", method_names_from_class)
 
 
 # --- EC2 -----------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -93,6 +95,8 @@ class LocalRuntime:
         self.stack: LocalStack | None = None
         self._mock: Any = None
         self._installed: patches.Installed | None = None
+        self._clients: dict[str, Any] = {}
+        self._clients_lock = threading.Lock()
 
     # --- lifetime ----------------------------------------------------------------------------------
 
@@ -111,6 +115,9 @@ class LocalRuntime:
             moto_logger = logging.getLogger("moto")
             self._moto_log_level = moto_logger.level
             moto_logger.setLevel(logging.CRITICAL)
+            # Powertools warns when an invocation added no metric (a reconcile with nothing to count):
+            # a line in the function's log on Lambda, noise in the replay's and the server's output here
+            warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
         self._mock = mock_aws(config=cast("DefaultConfig", copy.deepcopy(MOTO_CONFIG)))
         self._mock.start()
         if self.seed is not None:
@@ -134,6 +141,8 @@ class LocalRuntime:
             self._installed.uninstall()
             self._installed = None
         self.lambdas.unload()
+        with self._clients_lock:
+            self._clients.clear()
         if self._mock is not None:
             self._mock.stop()
             self._mock = None
@@ -160,33 +169,41 @@ class LocalRuntime:
         return list(self.market.launches) if self.market is not None else []
 
     # --- clients (no SDK retries: they would sleep in real time) -----------------------------------
+    # One client per service, made on first use and kept (boto3's clients are thread-safe; making one
+    # costs about as much as a dozen calls, and the replay used to make one per injected event).
 
     def client(self, service: str) -> Any:
-        return boto3.client(service, region_name=self.region, config=DRIVER_CONFIG)  # type: ignore[call-overload]
+        with self._clients_lock:
+            made = self._clients.get(service)
+            if made is None:
+                made = self._clients[service] = boto3.client(  # type: ignore[call-overload]
+                    service, region_name=self.region, config=DRIVER_CONFIG
+                )
+            return made
 
     @property
     def sqs(self) -> SQSClient:
-        return boto3.client("sqs", region_name=self.region, config=DRIVER_CONFIG)
+        return cast("SQSClient", self.client("sqs"))
 
     @property
     def sfn(self) -> SFNClient:
-        return boto3.client("stepfunctions", region_name=self.region, config=DRIVER_CONFIG)
+        return cast("SFNClient", self.client("stepfunctions"))
 
     @property
     def ec2(self) -> EC2Client:
-        return boto3.client("ec2", region_name=self.region, config=DRIVER_CONFIG)
+        return cast("EC2Client", self.client("ec2"))
 
     @property
     def dynamodb(self) -> DynamoDBClient:
-        return boto3.client("dynamodb", region_name=self.region, config=DRIVER_CONFIG)
+        return cast("DynamoDBClient", self.client("dynamodb"))
 
     @property
     def s3(self) -> S3Client:
-        return boto3.client("s3", region_name=self.region, config=DRIVER_CONFIG)
+        return cast("S3Client", self.client("s3"))
 
     @property
     def events(self) -> EventBridgeClient:
-        return boto3.client("events", region_name=self.region, config=DRIVER_CONFIG)
+        return cast("EventBridgeClient", self.client("events"))
 
     # --- injecting events --------------------------------------------------------------------------
 

@@ -1,0 +1,136 @@
+"""The speed patches give the answers stock moto gives: every DynamoDB call that returns items, with
+every kind of attribute value, answered the same with and without them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import Any
+
+import boto3
+from boto3.dynamodb.types import Binary
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from moto import mock_aws
+from moto.core import responses as moto_responses
+from moto.core.serialize import BaseJSONSerializer
+
+from spotrelay.local import patches
+
+REGION = "eu-west-1"
+TABLE = "items"
+
+RICH_ITEM: dict[str, Any] = {
+    "pk": "job#1",
+    "sk": "attempt#0001",
+    "text": "héllo \u2603",
+    "empty": "",
+    "number": Decimal("12.5"),
+    "big": Decimal("123456789012345678901234567890"),
+    "yes": True,
+    "no": False,
+    "nothing": None,
+    "blob": Binary(b"\x00\xffbinary"),
+    "strings": {"a", "b"},
+    "numbers": {Decimal(1), Decimal("2.5")},
+    "blobs": {Binary(b"x"), Binary(b"\x01")},
+    "list": ["a", Decimal(1), None, [True, {"deep": {"deeper": [b"\x02"]}}], {}],
+    "map": {"pool": {"zone": "eu-west-1a", "price": Decimal("0.918")}, "empty": {}, "none": None},
+}
+
+
+@contextmanager
+def table(speed: bool) -> Iterator[Any]:
+    with mock_aws():
+        patcher = patches._Patcher()
+        if speed:
+            patches._patch_speed(patcher)
+        try:
+            resource = boto3.resource("dynamodb", region_name=REGION)
+            made = resource.create_table(
+                TableName=TABLE,
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                AttributeDefinitions=[
+                    {"AttributeName": "pk", "AttributeType": "S"},
+                    {"AttributeName": "sk", "AttributeType": "S"},
+                ],
+                BillingMode="PAY_PER_REQUEST",
+            )
+            yield made
+        finally:
+            patcher.undo()
+
+
+def answers(speed: bool, item: dict[str, Any]) -> list[Any]:
+    """What a client sees of each item-returning call (its ResponseMetadata left out)."""
+    calls: list[Callable[[Any], Any]] = [
+        lambda t: t.put_item(Item=item, ReturnValues="ALL_OLD"),
+        lambda t: t.put_item(Item=item, ReturnValues="ALL_OLD"),
+        lambda t: t.get_item(Key={"pk": item["pk"], "sk": item["sk"]}),
+        lambda t: t.get_item(Key={"pk": item["pk"], "sk": "missing"}),
+        lambda t: t.query(KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": item["pk"]}),
+        lambda t: t.scan(),
+        lambda t: t.update_item(
+            Key={"pk": item["pk"], "sk": item["sk"]},
+            UpdateExpression="SET touched = :t",
+            ExpressionAttributeValues={":t": Decimal(1)},
+            ReturnValues="ALL_NEW",
+        ),
+        lambda t: t.delete_item(Key={"pk": item["pk"], "sk": item["sk"]}, ReturnValues="ALL_OLD"),
+    ]
+    with table(speed) as made:
+        seen = []
+        for call in calls:
+            response = call(made)
+            response.pop("ResponseMetadata", None)
+            seen.append(response)
+        return seen
+
+
+def test_every_kind_of_attribute_value_is_answered_as_stock_moto_answers_it() -> None:
+    # Given an item with every kind of DynamoDB attribute value, nested, empty and binary ones included
+    # When the same calls are made against stock moto and against moto with the speed patches
+    stock, fast = answers(False, RICH_ITEM), answers(True, RICH_ITEM)
+    # Then every answer is the same, and the item came back as it was written
+    assert fast == stock
+    assert fast[2]["Item"]["blob"] == Binary(b"\x00\xffbinary")
+    assert fast[2]["Item"]["list"][3][1] == {"deep": {"deeper": [Binary(b"\x02")]}}
+
+
+def test_the_patches_take_the_fast_path() -> None:
+    # Given the speed patches installed, Then the serializer and the method lookup are the patched ones
+    patcher = patches._Patcher()
+    stock_structure = BaseJSONSerializer._serialize_type_structure
+    stock_names = vars(moto_responses)["method_names_from_class"]
+    patches._patch_speed(patcher)
+    try:
+        assert BaseJSONSerializer._serialize_type_structure is not stock_structure
+        names = vars(moto_responses)["method_names_from_class"]
+        assert names is not stock_names
+        assert names(dict) == stock_names(dict)
+    finally:
+        patcher.undo()
+    # And undoing them restores moto
+    assert BaseJSONSerializer._serialize_type_structure is stock_structure
+    assert vars(moto_responses)["method_names_from_class"] is stock_names
+
+
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.text(max_size=8)
+    | st.decimals(allow_nan=False, allow_infinity=False, places=3, min_value=-1000, max_value=1000)
+    | st.binary(min_size=1, max_size=8).map(Binary),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(min_size=1, max_size=4), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.text(min_size=1, max_size=6).filter(lambda k: k not in ("pk", "sk")), values, max_size=5))
+def test_any_item_is_answered_as_stock_moto_answers_it(attributes: dict[str, Any]) -> None:
+    item = {"pk": "p", "sk": "s", **attributes}
+    assert answers(True, item) == answers(False, item)
