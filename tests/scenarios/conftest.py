@@ -26,6 +26,10 @@ def replayed(synthesized_template: Path) -> Callable[..., ReplayResult]:
         key = (name, seed)
         if key not in _RESULTS:
             _RESULTS[key] = replay(load_scenario(SCENARIOS / f"{name}.yaml"), seed=seed, template=synthesized_template)
-        return _RESULTS[key]
+        result = _RESULTS[key]
+        # Whatever a test reads of it, no scenario may break an invariant (spotrelay.local.invariants)
+        assert result.invariant_checks > 0
+        assert result.violations == [], [v.detail for v in result.violations]
+        return result
 
     return run

@@ -36,8 +36,9 @@ def timeline(result: ReplayResult, name: str) -> list[str]:
 
 def test_json_has_exactly_the_documented_shape(replayed: Replayed) -> None:
     document = replayed("happy-path").to_json()
-    assert set(document) == {"jobs", "expectations"}
+    assert set(document) == {"jobs", "expectations", "invariants"}
     assert set(document["expectations"]) == {"passed", "failed"}
+    assert set(document["invariants"]) == {"checked", "violations"}
     (entry,) = document["jobs"]
     assert set(entry) == {"name", "job_id", "state", "attempts", "cost", "on_demand_cost", "lost_work_hours"}
     assert set(entry["attempts"][0]) == {
