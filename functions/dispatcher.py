@@ -24,7 +24,8 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 clock = SystemClock()
-store = DynamoJobStore(settings.table_name, boto3.client("dynamodb"))
+# The one reader of both indexes every run: it quarantines a job record that does not read back.
+store = DynamoJobStore(settings.table_name, boto3.client("dynamodb"), quarantine=True)
 queue = SqsJobQueue(boto3.client("sqs"), settings.queue_url, settings.dlq_url)
 workflow = StepFunctionsWorkflow(boto3.client("stepfunctions"), settings.state_machine_arn)
 
@@ -50,9 +51,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="JobsAccepted", unit=MetricUnit.Count, value=len(report.accepted))
     metrics.add_metric(name="JobsRejected", unit=MetricUnit.Count, value=len(report.rejected) + len(report.conflicts))
     metrics.add_metric(name="JobsAdmitted", unit=MetricUnit.Count, value=len(report.admitted))
+    unreadable = [record.job_id for record in store.take_unreadable()]  # each logged by the store
+    metrics.add_metric(name="DispatchErrors", unit=MetricUnit.Count, value=len(report.errors) + len(unreadable))
     for job_id in report.rejected:
         logger.warning("invalid job message kept in the DLQ", extra={"job_id": job_id})
     for message_id in report.conflicts:
         logger.warning("message reusing another job's submission id kept in the DLQ", extra={"message_id": message_id})
-    logger.info("dispatched", extra={"trigger": trigger, **report.model_dump()})
-    return report.model_dump()
+    for message_id, error in report.errors.items():
+        logger.error("message left on the queue after an error", extra={"message_id": message_id, "error": error})
+    logger.info("dispatched", extra={"trigger": trigger, **report.model_dump(), "unreadable_jobs": unreadable})
+    return {**report.model_dump(), "unreadable_jobs": unreadable}

@@ -1,6 +1,8 @@
 """ec2_events: spot interruption warnings, rebalance recommendations and instance state changes
 (spotrelay.control.ec2_events). A malformed event is logged, counted and acknowledged: never raised
-into a retry loop."""
+into a retry loop. Only the event itself can be malformed: a record the store cannot read, or a store
+or Step Functions error, is raised, so that Lambda retries the event (then its rule's dead-letter
+queue keeps it) rather than an interruption warning being acknowledged as if it were garbage."""
 
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ class EventBridgeModel(PowertoolsEventBridgeModel):
     detail: dict[str, Any]
 
 
+MAX_REASON_CHARS = 500  # of a malformed event's error, in the log line and the answer
+
 _METRIC_BY_ACTION = {"interrupt": "Interruptions", "lost": "InstancesLost", "rebalance": "RebalanceRecommendations"}
 
 
@@ -44,25 +48,19 @@ _METRIC_BY_ACTION = {"interrupt": "Interruptions", "lost": "InstancesLost", "reb
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
         envelope = parse(event=event, model=EventBridgeModel)
-        outcome = handle_ec2_event(
-            Ec2Event(
-                id=envelope.id,
-                source=envelope.source,
-                detail_type=envelope.detail_type,
-                time=envelope.time,
-                detail=envelope.detail,
-            ),
-            store=store,
-            workflow=workflow,
-            block_minutes=settings.block_minutes,
+        ec2_event = Ec2Event(
+            id=envelope.id,
+            source=envelope.source,
+            detail_type=envelope.detail_type,
+            time=envelope.time,
+            detail=envelope.detail,
         )
-    except (ValidationError, MalformedEvent) as e:
-        metrics.add_metric(name="MalformedEvents", unit=MetricUnit.Count, value=1)
-        logger.warning(
-            "malformed event acknowledged",
-            extra={"error": str(e), "event_id": event.get("id") if isinstance(event, dict) else None},
-        )
-        return {"action": "malformed", "reason": str(e)[:500]}
+    except ValidationError as e:
+        return _malformed(event, e)
+    try:
+        outcome = handle_ec2_event(ec2_event, store=store, workflow=workflow, block_minutes=settings.block_minutes)
+    except MalformedEvent as e:  # the detail's own parse, raised before anything is read or written
+        return _malformed(event, e)
     if outcome.job_id is not None:
         logger.append_keys(job_id=outcome.job_id, attempt=outcome.attempt)
     metric = _METRIC_BY_ACTION.get(outcome.action)
@@ -70,3 +68,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
     logger.info("ec2 event handled", extra={"event_id": envelope.id, **outcome.model_dump()})
     return outcome.model_dump()
+
+
+def _malformed(event: Any, error: Exception) -> dict[str, Any]:
+    metrics.add_metric(name="MalformedEvents", unit=MetricUnit.Count, value=1)
+    reason = str(error)[:MAX_REASON_CHARS]
+    logger.warning(
+        "malformed event acknowledged",
+        extra={"error": reason, "event_id": event.get("id") if isinstance(event, dict) else None},
+    )
+    return {"action": "malformed", "reason": reason}

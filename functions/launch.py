@@ -2,7 +2,8 @@
 capacity and record the attempt with the task token the agent will complete (spotrelay.control.lifecycle).
 
 Raising InsufficientInstanceCapacity (every pool refused) or JobCancelled fails the Run task with
-that error name, which the state machine catches."""
+that error name, which the state machine catches. A job cancelled while its instance was launching has
+had that instance terminated by the time JobCancelled is raised."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from spotrelay.aws.clock import SystemClock
 from spotrelay.aws.compute import Ec2Compute
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.config import LaunchSettings
-from spotrelay.control.lifecycle import InsufficientInstanceCapacity, PlacementContext, launch_step
+from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled, PlacementContext, launch_step
 
 settings = LaunchSettings.from_env(os.environ)
 logger = Logger()
@@ -54,6 +55,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except InsufficientInstanceCapacity as e:
         metrics.add_metric(name="LaunchRefusals", unit=MetricUnit.Count, value=1)
         logger.warning("no capacity in any ranked pool", extra={"reason": str(e)})
+        raise
+    except JobCancelled as e:
+        logger.info("job cancelled: nothing launched is left running", extra={"reason": str(e)})
         raise
     logger.append_keys(attempt=launched["attempt"])
     metrics.add_metric(name="InstancesLaunched", unit=MetricUnit.Count, value=1)

@@ -2,6 +2,7 @@
 adapters (conditional writes, idempotency, "gone" is not an error), and fault injection:
 `fake.fail_next["method"] = SomeError(...)` makes the next call of that method raise it
 (throttling, ConditionalCheckFailed as ConflictError, InsufficientInstanceCapacity, ...).
+The job store refuses a job DynamoDB could not store (text that does not encode, an item over 400 KB).
 """
 
 from __future__ import annotations
@@ -26,11 +27,17 @@ from spotrelay.models import Attempt, Job, JobState, Market, Pool, PriceQuote
 from spotrelay.policy import BlockedPool, PoolObservation
 
 
+class FunctionStopped(BaseException):
+    """The function stopped right here (a Lambda timeout, a crash): unlike an error, which the code may
+    catch and carry on past (the dispatcher does, message by message), nothing after it runs."""
+
+
 class FaultInjection:
-    """`fail_next[method] = exception`: the next call of `method` raises it (once)."""
+    """`fail_next[method] = exception`: the next call of `method` raises it (once). An `Exception` is an
+    error the service answered; `FunctionStopped` is the function stopping there."""
 
     def __init__(self) -> None:
-        self.fail_next: dict[str, Exception] = {}
+        self.fail_next: dict[str, BaseException] = {}
 
     def _maybe_fail(self, method: str) -> None:
         fault = self.fail_next.pop(method, None)
@@ -39,6 +46,21 @@ class FaultInjection:
 
 
 # --- JobStore ---------------------------------------------------------------------------------------
+
+DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
+
+
+class ItemTooLarge(Exception):
+    """What DynamoDB answers a write of an item over 400 KB (a ValidationException, from the adapter)."""
+
+
+def storable(job: Job) -> Job:
+    """A copy of `job`, refused as the adapter's write would be: its JSON must encode (no unpaired
+    surrogate: pydantic raises) and fit in one DynamoDB item."""
+    record = job.model_dump_json()
+    if len(record.encode("utf-8")) > DYNAMODB_MAX_ITEM_BYTES:
+        raise ItemTooLarge(f"job {job.job_id}: Item size has exceeded the maximum allowed size")
+    return job.model_copy(deep=True)
 
 
 class FakeJobStore(FaultInjection):
@@ -59,7 +81,7 @@ class FakeJobStore(FaultInjection):
         self._maybe_fail("create_job")
         if job.job_id in self.jobs:
             return False
-        self.jobs[job.job_id] = (job.model_copy(deep=True), 1)
+        self.jobs[job.job_id] = (storable(job), 1)
         return True
 
     def get_job(self, job_id: str) -> tuple[Job, int]:
@@ -74,7 +96,7 @@ class FakeJobStore(FaultInjection):
         current = self.jobs.get(job.job_id)
         if current is None or current[1] != expected_version:
             raise ConflictError(f"job {job.job_id} is no longer at version {expected_version}")
-        self.jobs[job.job_id] = (job.model_copy(deep=True), expected_version + 1)
+        self.jobs[job.job_id] = (storable(job), expected_version + 1)
         return expected_version + 1
 
     def queued_jobs(self, limit: int) -> list[Job]:
@@ -212,6 +234,7 @@ class FakeCompute(FaultInjection):
                 TAG_JOB_NAME: request.job_name,
                 "Name": f"spotrelay-{request.job_name}-{request.attempt}",
             }
+            tags |= {key: value for key, value in request.tags.items() if not key.startswith("spotrelay:")}
             self.instances[instance_id] = InstanceState(instance_id=instance_id, state="pending", tags=tags)
         self.launches.append(request)
         return instance_id

@@ -120,8 +120,12 @@ class Ec2Compute:
             {"Key": TAG_JOB_ID, "Value": request.job_id},
             {"Key": TAG_ATTEMPT, "Value": str(request.attempt)},
             {"Key": TAG_JOB_NAME, "Value": request.job_name},
-            {"Key": "Name", "Value": f"spotrelay-{request.job_name}-{request.attempt}"},
         ]
+        # the job's own tags (its `Name`, if it gives one, instead of spotrelay's), never over spotrelay's keys
+        ours = {tag["Key"] for tag in tags}
+        tags += [{"Key": key, "Value": value} for key, value in request.tags.items() if key not in ours]
+        if "Name" not in request.tags:
+            tags.append({"Key": "Name", "Value": f"spotrelay-{request.job_name}-{request.attempt}"})
         tag_specs: list[TagSpecificationTypeDef] = [
             {"ResourceType": "instance", "Tags": tags},
             {"ResourceType": "volume", "Tags": tags},

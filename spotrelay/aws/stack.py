@@ -54,6 +54,11 @@ ADMISSION_LIMITS = "AdmissionLimits"
 USAGE = 2
 UNAVAILABLE = 1
 
+# The most a queue message may be, body and attributes (SQS counts each attribute's name, type and value).
+# A queue made without a MaximumMessageSize (ours: stacks/queue_construct.py) took 256 KiB until SQS's
+# limit rose to 1 MiB in 2025: 256 KiB holds for every deployment. A job spec is about 1 KiB.
+SQS_MESSAGE_MAX_BYTES = 256 * 1024
+
 # The Lambda invocations wait longer than the cancel function may run (60 s), and are never retried by
 # the SDK: a retry after a read timeout would cancel twice and report "had already ended".
 LAMBDA_CONFIG = Config(read_timeout=90, retries={"total_max_attempts": 1})
@@ -231,10 +236,19 @@ class JobsClient:
         if never is not None:
             raise StackError(f"stack {self.stack.name} would never run job {spec.name} ({never}); not sent", USAGE)
         submission_id = str(uuid.uuid4())
+        body = spec.model_dump_json(exclude_unset=True)
+        size = len(body.encode()) + len(SUBMISSION_ATTRIBUTE) + len("String") + len(submission_id)
+        if size > SQS_MESSAGE_MAX_BYTES:  # SQS would refuse it (the user's to fix: a smaller spec)
+            raise StackError(
+                f"job {spec.name} is {size:,} bytes as a queue message, more than SQS takes "
+                f"({SQS_MESSAGE_MAX_BYTES:,}); make its spec smaller (run.env: put large values in the image "
+                "or S3); not sent",
+                USAGE,
+            )
         try:
             message_id = self.sqs.send_message(
                 QueueUrl=queue_url,
-                MessageBody=spec.model_dump_json(exclude_unset=True),
+                MessageBody=body,
                 MessageAttributes={SUBMISSION_ATTRIBUTE: {"DataType": "String", "StringValue": submission_id}},
             )["MessageId"]
         except (ClientError, BotoCoreError) as e:

@@ -2,33 +2,47 @@
 
 Keys (`pk`, `sk`) and the one GSI (`gsi1`: `gsi1pk`, `gsi1sk`, projection ALL):
 
-| item         | pk                           | sk               | gsi1pk      | gsi1sk                           |
-| ------------ | ---------------------------- | ---------------- | ----------- | -------------------------------- |
-| job          | `JOB#<job_id>`               | `JOB`            | `QUEUED`    | `<rank>#<submitted_at>#<job_id>` |
-|              |                              |                  | `ACTIVE`    | `<job_id>` (admitted, live)      |
-| attempt      | `JOB#<job_id>`               | `ATTEMPT#00001`  |             |                                  |
-| checkpoint   | `JOB#<job_id>`               | `CHECKPOINT`     |             |                                  |
-| instance ref | `INSTANCE#<instance_id>`     | `INSTANCE`       |             |                                  |
-| early cancel | `CANCEL#<job_id>`            | `CANCEL`         |             |                                  |
-| blocked pool | `BLOCK#<type>:<az>:<market>` | `BLOCK`          | `BLOCKED`   | `<type>:<az>:<market>`           |
-| pool stats   | `POOLSTATS#<type>:<az>`      | `STATS`          | `POOLSTATS` | `<type>:<az>`                    |
+| item         | pk                           | sk               | gsi1pk        | gsi1sk                           |
+| ------------ | ---------------------------- | ---------------- | ------------- | -------------------------------- |
+| job          | `JOB#<job_id>`               | `JOB`            | `QUEUED`      | `<rank>#<submitted_at>#<job_id>` |
+|              |                              |                  | `ACTIVE`      | `<job_id>` (admitted, live)      |
+|              |                              |                  | `QUARANTINED` | `JOB#<job_id>` (unreadable)      |
+| attempt      | `JOB#<job_id>`               | `ATTEMPT#00001`  |               |                                  |
+| checkpoint   | `JOB#<job_id>`               | `CHECKPOINT`     |               |                                  |
+| instance ref | `INSTANCE#<instance_id>`     | `INSTANCE`       |               |                                  |
+| early cancel | `CANCEL#<job_id>`            | `CANCEL`         |               |                                  |
+| blocked pool | `BLOCK#<type>:<az>:<market>` | `BLOCK`          | `BLOCKED`     | `<type>:<az>:<market>`           |
+| pool stats   | `POOLSTATS#<type>:<az>`      | `STATS`          | `POOLSTATS`   | `<type>:<az>`                    |
 
 Models are stored whole as JSON in `record` (floats round-trip exactly); the attributes next to it
 exist for keys, indexes, conditions and TTL (`expires_at`, epoch seconds). A terminal job has no
 gsi1 attributes, so it drops out of both indexes. The GSI is eventually consistent: readers of
 `queued_jobs` / `active_jobs` see a job's index entry a moment after its write.
+
+A job record that does not read back (its JSON fails validation: garbage, a value an older parser let
+through) never stops a reader of the indexes (`queued_jobs`, `active_jobs`, `all_jobs`): it is logged,
+skipped and counted (`take_unreadable`). With `quarantine=True` (the dispatcher, which reads both
+partitions every run) it is also marked: `quarantined` (why), `quarantined_at`, `quarantined_index`
+(the gsi1 keys it had), and moved to the `QUARANTINED` partition, so no run reads it again. Only a
+record still as it was read is moved; any later `put_job` of the job writes it whole again, back in its
+index. `get_job` of its id still raises the validation error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING
 
 import boto3
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
 
+from spotrelay.aws.queue import attribute_text
 from spotrelay.clock import SYSTEM_CLOCK
 from spotrelay.control.ports import CheckpointPointer, Clock, ConflictError, InstanceRef, NotFoundError
 from spotrelay.models import Attempt, Job, JobState, Pool
@@ -40,7 +54,12 @@ if TYPE_CHECKING:
 
     Item = dict[str, AttributeValueTypeDef]
 
+logger = logging.getLogger(__name__)
+
 GSI1 = "gsi1"
+QUARANTINED = "QUARANTINED"  # the gsi1 partition of job records that do not read back
+MAX_UNREADABLE_REASON_BYTES = 1_024  # why a record was set aside, as stored and logged
+MAX_UNREADABLE_REMEMBERED = 100  # by `take_unreadable`, between two calls
 INSTANCE_REF_TTL = timedelta(days=30)
 EARLY_CANCEL_TTL = timedelta(days=15)  # SQS keeps a message 14 days at most
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -82,13 +101,47 @@ def _is_condition_failure(error: ClientError) -> bool:
     return error.response.get("Error", {}).get("Code") == _CONDITION_FAILED
 
 
+@dataclass(frozen=True)
+class UnreadableRecord:
+    """A job record a reader skipped because it does not read back."""
+
+    job_id: str
+    partition: str  # where it was read: the gsi1 partition (QUEUED, ACTIVE), or "scan"
+    error: str  # what is wrong with it, short
+    quarantined: bool  # marked and moved to the QUARANTINED partition by this read
+
+
+def _unreadable_reason(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        problems = error.errors()
+        shown = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(record)'}: {e['msg']}" for e in problems[:5])
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        text = f"does not read as a Job ({shown}{more})"
+    elif isinstance(error, KeyError):
+        text = f"has no {error} attribute of the expected type"
+    else:
+        text = f"{type(error).__name__}: {error}"
+    return attribute_text(text, MAX_UNREADABLE_REASON_BYTES)
+
+
 class DynamoJobStore:
     """The scheduler's records in one DynamoDB table (see the module docstring for the layout)."""
 
-    def __init__(self, table_name: str, client: DynamoDBClient | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        table_name: str,
+        client: DynamoDBClient | None = None,
+        *,
+        clock: Clock | None = None,
+        quarantine: bool = False,
+    ) -> None:
         self.table_name = table_name
         self._client = client
         self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        # Mark unreadable job records and move them out of QUEUED/ACTIVE (see the module docstring). Off for
+        # readers that should not write, or may be older than the stack: the CLI, the other functions.
+        self.quarantine = quarantine
+        self._unreadable: deque[UnreadableRecord] = deque(maxlen=MAX_UNREADABLE_REMEMBERED)
 
     @property
     def client(self) -> DynamoDBClient:
@@ -153,8 +206,7 @@ class DynamoJobStore:
         jobs: list[Job] = []
         if limit <= 0:
             return jobs
-        for item in self._query_index("QUEUED", page_size=min(max(limit, 10), 100)):
-            job = Job.model_validate_json(item["record"]["S"])
+        for job in self._readable(self._query_index("QUEUED", page_size=min(max(limit, 10), 100)), "QUEUED"):
             if job.state is JobState.QUEUED:  # the index lags the table by a moment
                 jobs.append(job)
                 if len(jobs) >= limit:
@@ -162,7 +214,7 @@ class DynamoJobStore:
         return jobs
 
     def active_jobs(self) -> list[Job]:
-        jobs = (Job.model_validate_json(item["record"]["S"]) for item in self._query_index("ACTIVE"))
+        jobs = self._readable(self._query_index("ACTIVE"), "ACTIVE")
         return [j for j in jobs if j.state is not JobState.QUEUED and not j.state.is_terminal]
 
     def all_jobs(self) -> list[Job]:
@@ -172,10 +224,76 @@ class DynamoJobStore:
             TableName=self.table_name,
             FilterExpression="sk = :job",
             ExpressionAttributeValues={":job": _s("JOB")},
-            ProjectionExpression="#record",
-            ExpressionAttributeNames={"#record": "record"},
+            ProjectionExpression="#pk, #record",
+            ExpressionAttributeNames={"#pk": "pk", "#record": "record"},
         )
-        return [Job.model_validate_json(item["record"]["S"]) for page in pages for item in page.get("Items", [])]
+        return list(self._readable((item for page in pages for item in page.get("Items", [])), "scan"))
+
+    def take_unreadable(self) -> list[UnreadableRecord]:
+        """The job records skipped as unreadable since the last call (the latest 100 at most), oldest first."""
+        taken = list(self._unreadable)
+        self._unreadable.clear()
+        return taken
+
+    def _readable(self, items: Iterable[Item], partition: str) -> Iterator[Job]:
+        """The jobs of `items` that read back; each other one is logged, remembered and (with `quarantine`,
+        read from an index partition) quarantined, and the rest are read all the same."""
+        for item in items:
+            try:
+                yield Job.model_validate_json(item["record"]["S"])
+            except (KeyError, TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+                self._set_aside(item, partition, _unreadable_reason(e))
+
+    def _set_aside(self, item: Item, partition: str, reason: str) -> None:
+        job_id = item.get("pk", {}).get("S", "").removeprefix("JOB#")
+        quarantined = self.quarantine and partition != "scan" and self._quarantine(item, partition, reason)
+        self._unreadable.append(
+            UnreadableRecord(job_id=job_id, partition=partition, error=reason, quarantined=quarantined)
+        )
+        logger.error(
+            "job record %s does not read back: skipped (%s)",
+            job_id,
+            reason,
+            extra={"job_id": job_id, "partition": partition, "error": reason, "quarantined": quarantined},
+        )
+
+    def _quarantine(self, item: Item, partition: str, reason: str) -> bool:
+        """Mark the record and move it to the QUARANTINED partition, if it is still as it was read; True if
+        it was moved. Best effort: a failure is logged, and the record is skipped (and tried) next time."""
+        if "pk" not in item or "sk" not in item:
+            return False
+        values: dict[str, AttributeValueTypeDef] = {
+            ":quarantined": _s(QUARANTINED),
+            ":key": item["pk"],
+            ":why": _s(reason),
+            ":at": _s(self._clock.now().astimezone(UTC).isoformat()),
+            ":index": {"M": {name: item[name] for name in ("gsi1pk", "gsi1sk") if name in item}},
+            ":from": _s(partition),
+        }
+        condition = "gsi1pk = :from AND "
+        if "version" in item:
+            condition += "#version = :version"
+            values[":version"] = item["version"]
+        else:
+            condition += "attribute_not_exists(#version)"
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key={"pk": item["pk"], "sk": item["sk"]},
+                UpdateExpression=(
+                    "SET gsi1pk = :quarantined, gsi1sk = :key, quarantined = :why, quarantined_at = :at, "
+                    "quarantined_index = :index"
+                ),
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#version": "version"},
+                ExpressionAttributeValues=values,
+            )
+        except (ClientError, BotoCoreError) as e:
+            if not (isinstance(e, ClientError) and _is_condition_failure(e)):  # else written again since it was read
+                job_id = item["pk"].get("S", "").removeprefix("JOB#")
+                logger.warning("could not quarantine a job record", extra={"job_id": job_id}, exc_info=True)
+            return False
+        return True
 
     # --- attempts -----------------------------------------------------------------------------------
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from rich import box
@@ -18,6 +19,8 @@ from spotrelay.config import ENV_AGENT_LOG_GROUP, ENV_BUCKET, ENV_TABLE
 from spotrelay.market import PriceFileError, load_advisor_bands, load_prices
 from spotrelay.models import JobSpecError, Market, Pool, load_job_spec
 from spotrelay.policy import InterruptionModel, Placement, place
+
+T = TypeVar("T")
 
 app = typer.Typer(
     name="spotrelay",
@@ -52,6 +55,15 @@ def parse_blocked(values: list[str]) -> list[Pool]:
     return pools
 
 
+def csv_text(path: Path, load: Callable[[], T]) -> T:
+    """`load()` a CSV file (spotrelay.market reads it as text): one that is not UTF-8 text, a binary file,
+    is the one-line error naming it."""
+    try:
+        return load()
+    except UnicodeDecodeError as e:
+        fail(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at {e.start}): a CSV file is text")
+
+
 @app.command("place")
 def place_command(
     job_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="job spec, YAML or JSON")],
@@ -83,8 +95,8 @@ def place_command(
     """Rank the pools JOB.yaml could run in by expected cost to finish, cheapest first."""
     try:
         spec = load_job_spec(job_file)
-        quotes = load_prices(prices)
-        bands = load_advisor_bands(advisor, region) if advisor is not None else {}
+        quotes = csv_text(prices, lambda: load_prices(prices))
+        bands = csv_text(advisor, lambda: load_advisor_bands(advisor, region)) if advisor is not None else {}
     except (JobSpecError, PriceFileError) as e:
         fail(str(e))
     placement = place(
@@ -418,7 +430,8 @@ def replay_command(
     \b
     Prints the timeline (submitted, placed on, interrupted, checkpointed,
     relaunched on, finished) and a cost report per job; exits 1 if one of
-    the scenario's expectations fails.
+    the scenario's expectations fails or an invariant is broken (no job
+    lost, no instance left running, no older checkpoint resumed, ...).
     """
     try:
         from spotrelay.local.deploy import DeployError
@@ -431,6 +444,8 @@ def replay_command(
         result = replay(load_scenario(scenario), seed=seed)
     except (ScenarioError, MarketSpecError, DeployError) as e:
         fail(str(e))
+    except UnicodeDecodeError as e:  # a price or trace file the market reads (the scenario's own files say which)
+        fail(f"{scenario}: a file it names is not UTF-8 text (byte 0x{e.object[e.start]:02x} at {e.start})")
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:

@@ -19,7 +19,7 @@ from rich.table import Column, Table
 
 from spotrelay.cli.console import err, fail, out, tables
 from spotrelay.models import JobSpecError, JobState, Market, load_job_spec, parse_job_spec
-from spotrelay.models.job_spec import decode_document
+from spotrelay.models.job_spec import JOB_SPEC_LIMITS, decode_document, document_text
 
 if TYPE_CHECKING:
     from spotrelay.aws.stack import JobsClient, JobStatus, LogLine
@@ -79,6 +79,15 @@ def on_stack(stack: str, region: str | None, endpoint_url: str | None, use: Call
         fail(str(e), e.code)
 
 
+def read_stdin() -> str:
+    """A job spec piped in, read no further than a job file would be (`load_job_spec`), and refused if it
+    is not UTF-8 text."""
+    limit = JOB_SPEC_LIMITS.max_bytes + 1
+    stream = getattr(sys.stdin, "buffer", None)  # bytes, so a binary stream is refused, not mis-decoded
+    data = stream.read(limit) if stream is not None else sys.stdin.read(limit).encode()
+    return document_text(data, "stdin")
+
+
 def submit_command(
     job_file: Annotated[
         Path, typer.Argument(metavar="JOB.yaml", help="a job spec, YAML or JSON (README); - reads it from stdin")
@@ -102,7 +111,7 @@ def submit_command(
 
     try:
         if str(job_file) == "-":  # `... | spotrelay submit -`
-            spec = parse_job_spec(decode_document(sys.stdin.read(), "stdin"), "stdin")
+            spec = parse_job_spec(decode_document(read_stdin(), "stdin"), "stdin")
         else:
             spec = load_job_spec(job_file)
     except JobSpecError as e:

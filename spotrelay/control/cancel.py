@@ -6,9 +6,18 @@ writes first and reads the other's write second (consistent reads), so at least 
 other: cancel finds the record (and cancels it as any other), or intake finds the note.
 
 Cancel does the whole job itself, and wakes the dispatcher as Finalize would, rather than trusting the
-execution to notice: on AWS stopping an execution skips its Finalize. It also fails the Run task with
+execution to notice: on AWS stopping an execution skips its Finalize. Like Finalize it terminates the
+instance of every attempt it finds, closed ones too. Terminating is idempotent, and a step that closed
+an attempt before terminating its instance may have stopped in between. It also fails the Run task with
 JobCancelled, so an execution that is still waiting on it (moto cannot stop a waiting execution)
 finalizes as cancelled; Finalize keeps the CANCELLED state because it never overwrites a terminal one.
+
+A cancel racing a Launch is handled the same way as intake. Cancel writes `cancel_requested` first and
+reads the attempts second. Launch writes its attempt first and reads the job second
+(spotrelay.control.lifecycle). At least one of them sees the other: cancel terminates and closes the
+attempt, or Launch terminates its own instance, closes its attempt and raises JobCancelled. Whichever
+closes last, the job's total counts every closed attempt. Cancel's final write and Launch's (after its
+close) each total the attempts read after the job version they overwrite.
 """
 
 from __future__ import annotations
@@ -49,7 +58,6 @@ def cancel_job(
     update_job(store, job_id, _request_cancel)
     attempts = store.attempts(job_id)
     pointer = store.get_checkpoint(job_id)
-    ended = []
     terminated: list[str] = []
     tokens: list[str] = []
     for attempt in attempts:
@@ -58,18 +66,19 @@ def cancel_job(
                 terminated.append(attempt.instance_id)
             if attempt.task_token is not None:
                 tokens.append(attempt.task_token)
-            attempt, _ = update_attempt(
+            update_attempt(
                 store,
                 job_id,
                 attempt.attempt,
                 lambda fresh: close_attempt(fresh, AttemptOutcome.CANCELLED, now, pointer),
             )
-        ended.append(attempt)
-    if terminated:
-        compute.terminate(terminated)
+    instance_ids = [a.instance_id for a in attempts if a.instance_id is not None]
+    if instance_ids:
+        compute.terminate(instance_ids)
 
     def change(fresh: Job) -> None:
-        account(fresh, ended, pointer, now)
+        # Totalled from a fresh read: a Launch that lost the race may have closed its attempt meanwhile.
+        account(fresh, store.attempts(job_id), pointer, now)
         if not fresh.state.is_terminal:
             fresh.state = ensure_transition(fresh.state, JobState.CANCELLED)
             fresh.failure_reason = "JobCancelled: cancelled by the user"

@@ -8,7 +8,12 @@ admissions (the function has a reserved concurrency of 1), and every step is ide
 - a job `spotrelay cancel` reached before its message was read is recorded CANCELLED
   (`spotrelay.control.cancel`);
 - a message that is not a valid job becomes a FAILED job record carrying the validation error, and
-  the message is kept in the DLQ — nothing is silently dropped;
+  the message is kept in the DLQ — nothing is silently dropped. Whatever the body holds (too big,
+  nested too deep, a number of thousands of digits, an unpaired surrogate, a value echoed into a huge
+  error), it is read within bounds (`read_submission` never raises) and the reason is short and printable;
+- each message is handled on its own: one that meets an unexpected error (the store, SQS) is logged,
+  left on the queue for SQS to deliver again (its redrive policy dead-letters it in the end), and
+  reported in `errors`, and the others are recorded all the same;
 - admission starts the execution named by the job id first (a second start is a no-op), then marks
   the job PLACING; a crash in between leaves a QUEUED job with a running execution, which the
   execution's own Place step moves on.
@@ -16,9 +21,10 @@ admissions (the function has a reserved concurrency of 1), and every step is ide
 
 from __future__ import annotations
 
-import json
+import logging
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -27,13 +33,28 @@ from pydantic import BaseModel, ConfigDict
 from spotrelay.control.admission import AdmissionLimits, admit
 from spotrelay.control.jobs import update_job
 from spotrelay.control.ports import Clock, JobQueue, JobStore, QueueMessage, Workflow
-from spotrelay.models import Job, JobSpecError, JobState, ensure_transition, parse_job_spec
+from spotrelay.models import Job, JobSpec, JobSpecError, JobState, ensure_transition, parse_job_spec
+from spotrelay.models.job_spec import JOB_SPEC_LIMITS, decode_json
+
+logger = logging.getLogger(__name__)
 
 MAX_MESSAGES_PER_RUN = 100
 INVALID_JOB = "InvalidJob"  # the failure reason's prefix of a message that is no valid job
 MAX_QUEUED_CONSIDERED = 500
+# Bounds on what a message may hand us, checked before (or while) it is parsed:
+MAX_BODY_BYTES = 262_144  # SQS's default maximum message size (256 KiB); the stack sets no other
+# depth, nodes and digits as for a job spec file (spotrelay.models.job_spec), within SQS's size
+MESSAGE_LIMITS = replace(JOB_SPEC_LIMITS, max_bytes=MAX_BODY_BYTES)
+# A refused message's reason, in its FAILED job's failure_reason and in the DLQ's error attribute: enough
+# to name every field and what is allowed there, far below DynamoDB's 400 KB item and SQS's 256 KiB message.
+MAX_REASON_CHARS = 2_000
+MAX_PROBLEM_CHARS = 400  # one field's problem: a huge value it echoes cannot crowd out the others
+MAX_ERROR_CHARS = 500  # an unexpected error's text in the report
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _SUBMISSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a UUID, lower case
+_NOT_PRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")  # controls, line breaks, surrogates
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in decoded text, only ever unpaired (a pair decodes to one character)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class DispatchReport(BaseModel):
@@ -47,6 +68,17 @@ class DispatchReport(BaseModel):
     failed: list[str] = []
     # Messages kept in the DLQ because their submission id already names another job (message ids)
     conflicts: list[str] = []
+    # Messages that met an unexpected error (message id -> the error), left on the queue to be delivered again
+    errors: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a message is no job spec: `reason` is short and printable; `name` is the spec's `name` if it
+    gave one (the FAILED job's id is made from it)."""
+
+    reason: str
+    name: str | None = None
 
 
 def job_id_for(name: str, message_id: str) -> str:
@@ -62,29 +94,101 @@ def submission_key(message: QueueMessage) -> str:
     return submitted if _SUBMISSION_ID.fullmatch(submitted) else message.message_id
 
 
+def printable(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """`text` in at most `limit` characters (cut with an ellipsis), control characters, line breaks and
+    unpaired surrogates replaced by U+FFFD: safe in a DynamoDB string, an SQS attribute, a terminal."""
+    if len(text) > limit:
+        text = text[: max(0, limit - 1)] + "…"
+    return _NOT_PRINTABLE.sub("\ufffd", text)
+
+
+# --- deciding what a message is ---------------------------------------------------------------------
+
+
+class _Unreadable(ValueError):
+    """The body is refused before it is a job spec (the message says why)."""
+
+
+def read_submission(message: QueueMessage) -> JobSpec | Refusal:
+    """The job spec a message carries, or why it carries none. Never raises: whatever the body holds,
+    it is refused within the bounds above, with a reason that names the field when a field is wrong."""
+    source = f"message {message.message_id}"
+    data: Any = None
+    try:
+        data = _decode(message.body, source)
+        _refuse_unstorable_text(message.body, data)
+        spec = parse_job_spec(data, source)
+    except _Unreadable as e:
+        return Refusal(printable(f"{source}: {e}"), _name_in(data))
+    except JobSpecError as e:
+        problems = "; ".join(printable(p, MAX_PROBLEM_CHARS) for p in e.problems)
+        return Refusal(printable(f"{source}: {problems}"), _name_in(data))
+    except Exception as e:  # a body no bound above foresaw: refused (kept in the DLQ), not retried forever
+        logger.warning("message body could not be read", extra={"message_id": message.message_id}, exc_info=True)
+        return Refusal(printable(f"{source}: cannot be read as a job spec ({type(e).__name__}: {e})"), _name_in(data))
+    return spec
+
+
+def _decode(body: str, source: str) -> Any:
+    """The body as JSON, within the bounds of a queue message (spotrelay.models.job_spec.decode_json:
+    depth, nodes, digits, keys given twice; JobSpecError naming the problem)."""
+    size = len(body.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_BODY_BYTES:
+        raise _Unreadable(
+            f"the body is {size} bytes; a job spec is at most {MAX_BODY_BYTES} bytes (SQS's message size limit)"
+        )
+    return decode_json(body, source, MESSAGE_LIMITS)
+
+
+def _refuse_unstorable_text(body: str, data: Any) -> None:
+    """Refuse (`_Unreadable`) text no record can store: an unpaired surrogate (a lone \\udXXX escape)."""
+    if not (_SURROGATE.search(body) or _SURROGATE_ESCAPE.search(body)):
+        return
+    where = _unpaired_surrogate_at(data, "")
+    if where is not None:
+        raise _Unreadable(
+            f"{where}: holds an unpaired UTF-16 surrogate (a lone \\ud800-\\udfff escape), which no record can "
+            "store; use valid Unicode text (a character beyond U+FFFF is escaped as a pair, e.g. \\ud83d\\ude00)"
+        )
+
+
+def _unpaired_surrogate_at(value: Any, path: str) -> str | None:
+    """The field path (as a spec error names it) of the first key or text with an unpaired surrogate."""
+    if isinstance(value, str):
+        return (path or "(top level)") if _SURROGATE.search(value) else None
+    items: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if _SURROGATE.search(str(key)):
+                return where
+            items.append((where, item))
+    elif isinstance(value, list):
+        items = [(f"{path}.{i}" if path else str(i), item) for i, item in enumerate(value)]
+    for where, item in items:
+        found = _unpaired_surrogate_at(item, where)
+        if found is not None:
+            return found
+    return None
+
+
+def _name_in(data: Any) -> str | None:
+    name = data.get("name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+# --- recording it -----------------------------------------------------------------------------------
+
+
 def intake(
     message: QueueMessage, *, store: JobStore, queue: JobQueue, clock: Clock
 ) -> tuple[str, Literal["accepted", "rejected", "conflict"]]:
     """Record one message as a QUEUED job (or a FAILED one); returns (job id, what became of it)."""
     now = clock.now()
-    source = f"message {message.message_id}"
-    data: Any = None
-    try:
-        data = json.loads(message.body)
-        spec = parse_job_spec(data, source)
-    except (json.JSONDecodeError, JobSpecError) as e:
-        reason = str(e) if isinstance(e, JobSpecError) else f"{source}: line {e.lineno}: not valid JSON ({e.msg})"
-        name = data.get("name") if isinstance(data, dict) else None
-        job_id = job_id_for(name if isinstance(name, str) and name else "invalid", submission_key(message))
-        if not store.create_job(_failed_job(job_id, reason, now)):
-            existing, _ = store.get_job(job_id)
-            if not (existing.failure_reason or "").startswith(INVALID_JOB):
-                # A message this dispatcher recorded as a job under rules a later version tightened, delivered
-                # again (SQS is at least once): the job stands, the message is done.
-                queue.delete(message)
-                return job_id, "accepted"
-        queue.dead_letter(message, reason)
-        return job_id, "rejected"
+    submitted = read_submission(message)
+    if isinstance(submitted, Refusal):
+        return _reject(message, submitted, store=store, queue=queue, now=now)
+    spec = submitted
     job_id = job_id_for(spec.name, submission_key(message))
     if store.create_job(Job(job_id=job_id, spec=spec, submitted_at=now, updated_at=now)):
         _cancel_if_noted(store, job_id, now)  # `spotrelay cancel` came before this message
@@ -95,14 +199,29 @@ def intake(
         if existing.state is JobState.QUEUED and existing.spec == spec:
             _cancel_if_noted(store, job_id, now)  # a run that stopped before it read the note
         if existing.spec != spec:
-            reason = (
-                f"{source}: submission id {message.submission_id} already names job {job_id}, submitted with "
-                "another spec; give each job its own (spotrelay submit does)"
+            reason = printable(
+                f"message {message.message_id}: submission id {message.submission_id} already names job {job_id}, "
+                "submitted with another spec; give each job its own (spotrelay submit does)"
             )
             queue.dead_letter(message, reason)
             return job_id, "conflict"
     queue.delete(message)
     return job_id, "accepted"
+
+
+def _reject(
+    message: QueueMessage, refusal: Refusal, *, store: JobStore, queue: JobQueue, now: datetime
+) -> tuple[str, Literal["accepted", "rejected"]]:
+    job_id = job_id_for(refusal.name or "invalid", submission_key(message))
+    if not store.create_job(_failed_job(job_id, refusal.reason, now)):
+        existing, _ = store.get_job(job_id)
+        if not (existing.failure_reason or "").startswith(INVALID_JOB):
+            # A message this dispatcher recorded as a job under rules a later version tightened, delivered
+            # again (SQS is at least once): the job stands, the message is done.
+            queue.delete(message)
+            return job_id, "accepted"
+    queue.dead_letter(message, refusal.reason)
+    return job_id, "rejected"
 
 
 def _cancel_if_noted(store: JobStore, job_id: str, now: datetime) -> bool:
@@ -150,9 +269,20 @@ def dispatch(
     accepted: list[str] = []
     rejected: list[str] = []
     conflicts: list[str] = []
+    errors: dict[str, str] = {}
     messages = queue.receive(MAX_MESSAGES_PER_RUN)
     for message in messages:
-        job_id, became = intake(message, store=store, queue=queue, clock=clock)
+        try:
+            job_id, became = intake(message, store=store, queue=queue, clock=clock)
+        except Exception as e:  # this message's trouble (a store or SQS error): the others are recorded all the same
+            error = printable(f"{type(e).__name__}: {e}", MAX_ERROR_CHARS)
+            logger.warning(
+                "message left on the queue to be delivered again",
+                extra={"message_id": message.message_id, "error": error},
+                exc_info=True,
+            )
+            errors[message.message_id] = error
+            continue
         if became == "conflict":
             conflicts.append(message.message_id)
         else:
@@ -183,6 +313,7 @@ def dispatch(
         held={h.job.job_id: h.reason for h in plan.held},
         failed=failed,
         conflicts=conflicts,
+        errors=errors,
     )
 
 

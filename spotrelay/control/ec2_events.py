@@ -8,6 +8,28 @@ is safe to apply twice. Unknown kinds are no-ops; a `detail` that does not parse
 `MalformedEvent` for the function to log, count and acknowledge.
 
 The instance id always comes from `detail.instance-id` (the `resources` ARNs vary in shape).
+
+A spot instance going away before its interruption warning is handled is an interruption, not a loss.
+EventBridge keeps no order, and a warning handled late (a throttled or retried invocation) can come
+after the instance's `shutting-down` or `terminated`, which AWS sends two minutes after the warning.
+By then the agent has seen the notice in IMDS and is committing its final checkpoint, or has committed
+it (systemd gives it 150 s past the shutdown). A loss would fail the Run task with InstanceLost: Recover
+closes the attempt LOST at once, and the next attempt restores the checkpoint before the final one.
+What this handler knows is only that the instance is spot and that no interruption is noted yet; it
+cannot see a warning that was sent and not yet handled, nor a checkpoint in flight. So every going-away
+state of a live spot attempt with no interruption noted is handled as its warning is (`Interrupt`):
+`interrupted_at` is set to the state change's time, the pool blocked, the interruption counted, and the
+Run task failed with SpotInterrupted, so that Recover waits (up to FINAL_CHECKPOINT_WAIT_SECONDS) for
+the final checkpoint and the next attempt resumes from it. Mistaking a real loss for an interruption
+costs at most that wait: both block the pool and count against `limits.max_interruptions`. The reverse
+costs the work since the last periodic checkpoint. Only an on-demand instance going away is a loss.
+
+Both orders and duplicates end the same way, because whichever event comes first does the whole job
+and those after it find `interrupted_at` set. The warning coming after the state change only
+re-blocks the pool (blocks never shorten) and finds the task closed. A state change after the warning
+is ignored. Two running concurrently mark the attempt once through the conditional write, and fail
+the one task token once with the same error. Once Recover has closed the attempt, the fence ignores
+both. So there is one Recover and one relaunch, and a closed attempt is never reopened.
 """
 
 from __future__ import annotations
@@ -23,7 +45,7 @@ from spotrelay.config import ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
 from spotrelay.control.jobs import ask_handover, mark_running, update_attempt, update_job, withdraw_handover
 from spotrelay.control.lifecycle import close_standby
 from spotrelay.control.ports import JobStore, NotFoundError, Workflow
-from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, ensure_transition
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, ensure_transition
 from spotrelay.policy import BlockedPool
 
 SPOT_INTERRUPTION = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
@@ -75,11 +97,13 @@ class Ignore(BaseModel):
 
 
 class Interrupt(BaseModel):
-    """Block the pool, count the interruption once, fail the Run task with SpotInterrupted."""
+    """Block the pool, count the interruption once, fail the Run task with SpotInterrupted.
+    `before_warning`: the state a spot instance went to before any warning was handled (module docstring)."""
 
     model_config = ConfigDict(frozen=True)
     kind: Literal["interrupt"] = "interrupt"
     first_notice: bool
+    before_warning: str | None = None
 
 
 class NoteRebalance(BaseModel):
@@ -136,6 +160,9 @@ def state_change_action(detail: StateChangeDetail, attempt: Attempt, job: Job) -
         return Ignore(reason="already running") if attempt.running_at is not None else MarkRunning()
     if attempt.interrupted_at is not None:
         return Ignore(reason=f"{detail.state} after the interruption warning: already handled")
+    if attempt.pool.market is Market.SPOT:
+        # Its warning may not have been handled yet: the agent may still be committing its final checkpoint.
+        return Interrupt(first_notice=True, before_warning=detail.state)
     return Lose(state=detail.state)
 
 
@@ -202,7 +229,9 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
     if isinstance(action, Interrupt):
         _interrupt(attempt, event.time, first=action.first_notice, store=store, block_minutes=block_minutes)
         closed = not _fail_task(workflow, attempt, ERROR_SPOT_INTERRUPTED, event, detail.instance_id)
-        return base.model_copy(update={"action": "interrupt", "reason": "task already closed" if closed else ""})
+        reasons = [f"{action.before_warning} before any interruption warning"] if action.before_warning else []
+        reasons += ["task already closed"] if closed else []
+        return base.model_copy(update={"action": "interrupt", "reason": "; ".join(reasons)})
     if isinstance(action, NoteRebalance):
         update_attempt(
             store, ref.job_id, ref.attempt, lambda fresh: fresh.model_copy(update={"rebalance_at": event.time})

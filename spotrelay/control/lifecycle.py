@@ -327,7 +327,8 @@ def launch_step(
     context: PlacementContext,
 ) -> dict[str, Any]:
     """Start an instance in the first ranked pool that has capacity; record the attempt with the
-    Run task's token. Raises InsufficientInstanceCapacity when every pool refuses."""
+    Run task's token. Raises InsufficientInstanceCapacity when every pool refuses, and JobCancelled
+    when the job is cancelled or has ended, before the launch or while it ran (`_handed_over`)."""
     now = clock.now()
     job, _ = store.get_job(job_id)
     if job.cancel_requested or job.state.is_terminal:
@@ -336,15 +337,13 @@ def launch_step(
     attempts = store.attempts(job_id)
     for attempt in attempts:
         if attempt.task_token == task_token:  # this Run task already launched (a retried invocation)
-            update_job(store, job_id, _count_attempt(attempt.attempt, now, running=attempt.running_at is not None))
-            return _launched(attempt)
+            return _handed_over(store, compute, clock, attempt, pointer, now)
     standby = next((a for a in attempts if a.is_standby and a.handover_from == job.attempts), None)
     if standby is not None:
         restored = pointer.work_done_hours if pointer is not None else None
         adopted = _adopt(store, standby, task_token, restored, now)
         if adopted is not None:
-            update_job(store, job_id, _count_attempt(adopted.attempt, now, running=adopted.running_at is not None))
-            return _launched(adopted)
+            return _handed_over(store, compute, clock, adopted, pointer, now)
     # A new Run task means every earlier one is over: an attempt still open belongs to a Run that
     # Step Functions retried with a new token. Close it and stop paying for its instance.
     stale = [a for a in attempts if a.outcome is None and not (standby is not None and a.attempt == standby.attempt)]
@@ -391,10 +390,46 @@ def launch_step(
                 compute.terminate([instance_id])
             raise InsufficientInstanceCapacity(f"attempt {number} was recorded concurrently: placing again") from None
         store.put_instance_ref(InstanceRef(instance_id=instance_id, job_id=job_id, attempt=number))
-        update_job(store, job_id, _count_attempt(number, now))
-        return _launched(attempt)
+        return _handed_over(store, compute, clock, attempt, pointer, now)
     tried = "; ".join(refusals) or "no ranked pool is usable now (blocked, or no subnet in its zone)"
     raise InsufficientInstanceCapacity(f"every ranked pool refused: {tried}")
+
+
+def _handed_over(
+    store: JobStore,
+    compute: Compute,
+    clock: Clock,
+    attempt: Attempt,
+    pointer: CheckpointPointer | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """Count the recorded attempt on the job and return what the Run task launched, unless the job was
+    cancelled, or ended, meanwhile. Launch checked the job before RunInstances, and a cancel can land
+    while RunInstances runs (seconds): it then finds no attempt to stop, and on AWS it stops the execution,
+    so no Finalize follows. So Launch looks at the job again after its write of the attempt, and cancel
+    looks at the attempts after its write of `cancel_requested` (spotrelay.control.cancel). Both reads are
+    consistent, so at least one side sees the other's write. If Launch sees the cancel, it terminates the
+    instance it launched, closes the attempt CANCELLED, and raises JobCancelled (FinalizeCancelled, where
+    the execution still runs). So no instance runs for an ended job after Launch has seen the cancel."""
+    running = attempt.running_at is not None
+    job, _ = update_job(store, attempt.job_id, _count_attempt(attempt.attempt, now, running=running))
+    if not (job.cancel_requested or job.state.is_terminal):
+        return _launched(attempt)
+    ended_at = clock.now()
+    if attempt.instance_id is not None:
+        compute.terminate([attempt.instance_id])  # first: stop the bill even if the writes below fail
+    update_attempt(
+        store,
+        attempt.job_id,
+        attempt.attempt,
+        lambda fresh: close_attempt(fresh, AttemptOutcome.CANCELLED, ended_at, pointer),
+    )
+    # Totalled again, from the attempts read after the job: a total cancel wrote before this close misses it.
+    update_job(store, attempt.job_id, lambda fresh: account(fresh, store.attempts(fresh.job_id), pointer, ended_at))
+    raise JobCancelled(
+        f"job {attempt.job_id} is {job.state}{' (cancel requested)' if job.cancel_requested else ''}: attempt "
+        f"{attempt.attempt}'s instance {attempt.instance_id} terminated as soon as it was launched"
+    )
 
 
 def launch_in_pool(
@@ -418,6 +453,7 @@ def launch_in_pool(
         subnet_id=context.subnets[pool.availability_zone],
         max_price=job.spec.limits.max_price_per_hour if pool.market is Market.SPOT else None,
         client_token=client_token(job.job_id, number, planned),
+        tags=dict(job.spec.tags),
     )
     try:
         return compute.launch(request)

@@ -122,6 +122,9 @@ class LaunchRequest(BaseModel):
     subnet_id: str
     max_price: float | None  # spot only: the job's cap
     client_token: str  # EC2 idempotency token: the same (job, attempt, pool) never launches twice
+    # The job spec's `tags`, put on the instance and its volumes after spotrelay's own (the spec refuses
+    # `spotrelay:` and `aws:` keys and holds them within EC2's rules: spotrelay.models.job_spec)
+    tags: dict[str, str] = {}
 
 
 class LaunchRefused(Exception):

@@ -81,7 +81,11 @@ def reconcile(
 ) -> ReconcileReport:
     now = clock.now()
     orphans: list[str] = []
-    for instance in compute.managed_instances():
+    managed = compute.managed_instances()
+    # The states of this run's one listing (every managed instance not terminated), read again only for an
+    # instance it did not list: one DescribeInstances per run, not one per live attempt (see `_state`)
+    listed = {instance.instance_id: instance.state for instance in managed}
+    for instance in managed:
         ref = store.get_instance_ref(instance.instance_id)
         if ref is None:
             if instance.launched_at is None or (now - instance.launched_at).total_seconds() > ORPHAN_GRACE_SECONDS:
@@ -95,6 +99,8 @@ def reconcile(
                 _close_left_open(job, attempt, store, now)
     if orphans:
         compute.terminate(orphans)
+        for instance_id in orphans:
+            listed.pop(instance_id, None)  # terminating now: asked again if anything still needs it
 
     lost: list[str] = []
     over_budget: list[str] = []
@@ -127,7 +133,7 @@ def reconcile(
                 workflow.fail_task(attempt.task_token, ERROR_BUDGET_EXHAUSTED, cause)
                 over_budget.append(job.job_id)
                 continue
-            state = compute.instance_states([attempt.instance_id]).get(attempt.instance_id, "unknown")
+            state = _state(compute, listed, attempt.instance_id)
             young = (now - attempt.started_at).total_seconds() < ORPHAN_GRACE_SECONDS
             if state in GONE_STATES or (state == "unknown" and not young):
                 cause = json.dumps({"instance_id": attempt.instance_id, "state": state, "by": "reconcile"})
@@ -136,7 +142,7 @@ def reconcile(
                 continue
             if placement is not None:
                 try:
-                    _back_to_spot(job, attempt, attempts, store, compute, now, placement, moves)
+                    _back_to_spot(job, attempt, attempts, store, compute, listed, now, placement, moves)
                 except Exception as e:  # one job's failed move must not stop the safety net for the others
                     moves.errors.append(f"{job.job_id}#{attempt.attempt}: {type(e).__name__}: {e}")
     return ReconcileReport(
@@ -150,6 +156,14 @@ def reconcile(
         dropped_standbys=moves.dropped,
         move_errors=moves.errors,
     )
+
+
+def _state(compute: Compute, listed: dict[str, str], instance_id: str) -> str:
+    """An instance's state as this run's listing of managed instances saw it. One the listing left out
+    (terminated, launched since, not ours, or not found: "unknown") is asked for, and remembered."""
+    if instance_id not in listed:
+        listed[instance_id] = compute.instance_states([instance_id]).get(instance_id, "unknown")
+    return listed[instance_id]
 
 
 @dataclass
@@ -166,6 +180,7 @@ def _back_to_spot(
     attempts: list[Attempt],
     store: JobStore,
     compute: Compute,
+    listed: dict[str, str],
     now: datetime,
     context: PlacementContext,
     moves: _Moves,
@@ -179,7 +194,7 @@ def _back_to_spot(
     ours = [a for a in attempts if a.handover_from == attempt.attempt]
     standby = next((a for a in ours if a.is_standby), None)
     if standby is not None:
-        _supervise(job, attempt, standby, store, compute, now, moves)
+        _supervise(job, attempt, standby, store, compute, listed, now, moves)
         return
     if attempt.migrate_requested_at is not None or job.spec.limits.deadline_hours is None:
         return
@@ -247,12 +262,19 @@ def _back_to_spot(
 
 
 def _supervise(
-    job: Job, attempt: Attempt, standby: Attempt, store: JobStore, compute: Compute, now: datetime, moves: _Moves
+    job: Job,
+    attempt: Attempt,
+    standby: Attempt,
+    store: JobStore,
+    compute: Compute,
+    listed: dict[str, str],
+    now: datetime,
+    moves: _Moves,
 ) -> None:
     """A standby of the job's current on-demand attempt: ask for the handover once it runs (if the
     `running` event was missed), give it up if it is gone or late."""
     assert standby.instance_id is not None
-    state = compute.instance_states([standby.instance_id]).get(standby.instance_id, "unknown")
+    state = _state(compute, listed, standby.instance_id)
     young = (now - standby.started_at).total_seconds() < ORPHAN_GRACE_SECONDS
     running_at = standby.running_at or (now if state == "running" else None)
     late = (

@@ -32,16 +32,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Self
 
-import yaml
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from spotrelay.local.faults import Fault
 from spotrelay.market import MarketSpec, parse_duration
-from spotrelay.models import JobState, Market
+from spotrelay.models import JobSpecError, JobState, Market
+from spotrelay.models.job_spec import DocumentLimits, decode_document, read_document
 
 DEFAULT_HORIZON_HOURS = 48.0
 
@@ -165,14 +166,21 @@ def parse_scenario(data: Any, base_dir: Path, source: str = "scenario") -> Scena
         raise ScenarioError(f"{source}: " + "; ".join(_describe(x) for x in e.errors())) from None
 
 
+# A scenario is a few KiB (events/scenarios/: 3 KiB at most); a market's inline price rows are a few nodes
+# each. Bounded as a job spec is (spotrelay.models.job_spec), far above any real scenario: a longer market
+# belongs in a price or trace file.
+SCENARIO_LIMITS = DocumentLimits(max_bytes=2 * 1024 * 1024, max_depth=32, max_nodes=50_000, what="a scenario")
+# An events file (`spotrelay events export`'s .jsonl) is about 1 KiB an event. Reading one uses the size and
+# the name: each event is parsed by json (its nesting bounded by Python's recursion limit)
+EVENTS_FILE_LIMITS = replace(SCENARIO_LIMITS, max_bytes=64 * 1024 * 1024, what="recorded events (JSON)")
+
+
 def load_scenario(path: str | Path) -> Scenario:
     file = Path(path)
     try:
-        data = yaml.safe_load(file.read_text())
-    except OSError as e:
-        raise ScenarioError(f"{file}: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise ScenarioError(f"{file}: not valid YAML ({e})") from None
+        data = decode_document(read_document(file, SCENARIO_LIMITS), str(file), SCENARIO_LIMITS)
+    except JobSpecError as e:  # the file's reading and decoding, not a job spec's
+        raise ScenarioError(str(e)) from None
     return parse_scenario(data, file.resolve().parent, str(file))
 
 
@@ -195,9 +203,9 @@ def _load_spec(entry: JobEntry, base_dir: Path, where: str) -> dict[str, Any]:
     if set(spec) == {"file"}:
         file = base_dir / str(spec["file"])
         try:
-            loaded = yaml.safe_load(file.read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise ScenarioError(f"{where}.spec.file: cannot read {file}: {e}") from None
+            loaded = decode_document(read_document(file), str(file))  # a job file, bounded as `submit` reads one
+        except JobSpecError as e:
+            raise ScenarioError(f"{where}.spec.file: {e}") from None
         if not isinstance(loaded, dict):
             raise ScenarioError(f"{where}.spec.file: {file} is not a job spec (a mapping)")
         spec = loaded
@@ -278,9 +286,9 @@ def injections(scenario: Scenario) -> list[Injection]:
     for i, entry in enumerate(scenario.events):
         file = scenario.base_dir / entry.file
         try:
-            text = file.read_text()
-        except OSError as e:
-            raise ScenarioError(f"events[{i}].file: cannot read {file}: {e.strerror or e}") from None
+            text = read_document(file, EVENTS_FILE_LIMITS)
+        except JobSpecError as e:
+            raise ScenarioError(f"events[{i}].file: {e}") from None
         offset = scenario.at(entry.at or 0.0)
         if file.suffix == ".jsonl":
             events = []
@@ -291,6 +299,8 @@ def injections(scenario: Scenario) -> list[Injection]:
                     events.append(json.loads(line))
                 except json.JSONDecodeError as e:
                     raise ScenarioError(f"events[{i}].file: {file}:{n}: not JSON ({e.msg})") from None
+                except RecursionError:
+                    raise ScenarioError(f"events[{i}].file: {file}:{n}: nested too deep for an event") from None
             times = [t for e in events if (t := _parse_time(e.get("time"))) is not None]
             first = min(times) if times else None
             for n, event in enumerate(events, start=1):
@@ -315,6 +325,8 @@ def injections(scenario: Scenario) -> list[Injection]:
                 event = json.loads(text)
             except json.JSONDecodeError as e:
                 raise ScenarioError(f"events[{i}].file: {file}: not JSON ({e.msg})") from None
+            except RecursionError:
+                raise ScenarioError(f"events[{i}].file: {file}: nested too deep for an event") from None
             _check_event(event, f"events[{i}].file: {file}")
             out.append(
                 Injection(

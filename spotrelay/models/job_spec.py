@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 import types
 import typing
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Self
@@ -21,7 +25,11 @@ from spotrelay.catalog import GPU_MODELS, INSTANCE_TYPES, InstanceType, relative
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: YAML's .inf/.nan and JSON's Infinity/NaN are refused naming the field. pydantic
+    # writes a non-finite float as null, so a record holding one would not read back (null is no float) or
+    # would mean something else (a null deadline is none). For every reader, not only at submission: no
+    # stored record can hold one (each was written as null), so the rule makes no old record unreadable.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Priority(StrEnum):
@@ -55,11 +63,108 @@ class SpecFieldError(ValueError):
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # POSIX's portable environment variable names
 
+# An image reference, by the grammar docker and containerd parse it with: distribution/reference
+# (https://github.com/distribution/reference, reference.go's grammar and regexp.go's patterns):
+#   reference := name [":" tag] ["@" digest];  name := [domain "/"] path-component ["/" path-component]*
+#   domain := host [":" port];  host := domain-component ["." domain-component]* | "[" IPv6 "]"
+#   path-component := [a-z0-9]+ (separator [a-z0-9]+)*;  separator := [_.] | __ | -+
+#   tag := [\w][\w.-]{0,127};  digest := algorithm ":" hex{32,}, e.g. sha256:<64 hex>
+# None of them may start with `-`, so an image is never read as one of docker's options. Go's \w is ASCII.
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    rf"(?::(?P<tag>[\w][\w.-]{{0,127}}))?(?:@(?P<digest>{_DIGEST}))?",
+    re.ASCII,
+)
+IMAGE_PATH_MAX_CHARS = 255  # distribution/reference's RepositoryNameTotalLengthMax (the name after the domain)
+# Longer than any reference the grammar's own bounds allow in practice (a 253-character host, a 255-character
+# name, a 128-character tag, a sha512 digest): checked before the pattern runs
+IMAGE_REFERENCE_MAX_CHARS = 1024
+IMAGE_REFERENCE_FORM = (
+    "use [registry[:port]/]name[:tag][@sha256:<hex>], e.g. nvcr.io/nvidia/pytorch:24.05-py3 or "
+    "python@sha256:<64 hex digits>; the name is lower-case letters and digits, separated by / . _ or -"
+)
+
+# EC2's tag restrictions (Amazon EC2 User Guide, "Tag your Amazon EC2 resources", "Tag restrictions":
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/Using_Tags.html#tag-restrictions): at most 50 tags on
+# a resource, a key of 1 to 128 characters, a value of 0 to 256, letters, numbers, spaces and + - = . _ : / @
+# (EC2 itself takes more, but other services and IMDS tag access do not), no key starting with aws:
+# (reserved for AWS, in any case).
+TAG_KEY_MAX_CHARS = 128
+TAG_VALUE_MAX_CHARS = 256
+TAG_PUNCTUATION = "+-=._:/@"
+# Of the 50, a worker instance already carries 6: spotrelay:managed, spotrelay:job-id, spotrelay:attempt,
+# spotrelay:job-name and Name (spotrelay/aws/compute.py), and the stack's project tag (stacks/, through the
+# launch template)
+INSTANCE_TAGS_MAX = 50
+SPOTRELAY_INSTANCE_TAGS = 6
+JOB_TAGS_MAX = INSTANCE_TAGS_MAX - SPOTRELAY_INSTANCE_TAGS
+RESERVED_TAG_PREFIXES = ("aws:", "spotrelay:")  # AWS's own, and the tags spotrelay finds its instances by
+# The worker's launch template lets the agent read its instance's tags from IMDS (stacks/worker_construct.py,
+# instance_metadata_tags), and then EC2 refuses to launch an instance with a tag key holding a space or a
+# `/`, or that is `.`, `..` or `_index` (Amazon EC2 User Guide, "View tags for your EC2 instances using
+# instance metadata"): such a key would make every launch of the job fail.
+IMDS_TAG_KEY_FORBIDDEN = (" ", "/")
+IMDS_TAG_KEYS_FORBIDDEN = (".", "..", "_index")
+
+
+def image_reference_problem(image: str) -> str | None:
+    """What makes `image` not an image reference docker would pull, or None if it is one."""
+    if len(image) > IMAGE_REFERENCE_MAX_CHARS:
+        return f"{len(image)} characters is not an image reference; {IMAGE_REFERENCE_FORM}"
+    match = IMAGE_REFERENCE.fullmatch(image)
+    if match is None:
+        if image.startswith("-"):
+            return f"{_shown(image)} starts with -, which docker would read as an option; {IMAGE_REFERENCE_FORM}"
+        if IMAGE_REFERENCE.fullmatch(image.lower()) is not None:
+            return f"{_shown(image)}: the repository name must be lower case; {IMAGE_REFERENCE_FORM}"
+        return f"{_shown(image)} is not an image reference; {IMAGE_REFERENCE_FORM}"
+    if len(match["path"]) > IMAGE_PATH_MAX_CHARS:
+        return f"the name after the registry is longer than {IMAGE_PATH_MAX_CHARS} characters; {IMAGE_REFERENCE_FORM}"
+    return None
+
+
+def tag_problem(key: str, value: str) -> str | None:
+    """What EC2 (or spotrelay) would refuse about the instance tag `key: value`, or None."""
+    if not 1 <= len(key) <= TAG_KEY_MAX_CHARS:
+        return f"a tag key is 1 to {TAG_KEY_MAX_CHARS} characters (got {len(key)})"
+    if len(value) > TAG_VALUE_MAX_CHARS:
+        return f"a tag value is at most {TAG_VALUE_MAX_CHARS} characters (got {len(value)})"
+    if key in IMDS_TAG_KEYS_FORBIDDEN or any(c in key for c in IMDS_TAG_KEY_FORBIDDEN):
+        return (
+            "a tag key may not hold a space or a /, nor be . .. or _index: the workers read their tags from "
+            "instance metadata, and EC2 launches no instance with such a key then"
+        )
+    reserved = next((p for p in RESERVED_TAG_PREFIXES if key.lower().startswith(p)), None)
+    if reserved is not None:
+        return f"keys starting with {reserved} are reserved (for AWS and for spotrelay's own tags)"
+    for what, text in (("key", key), ("value", value)):
+        odd = next((c for c in text if not _tag_character(c)), None)
+        if odd is not None:
+            return f"the tag {what} holds {odd!r}: use letters, numbers, spaces and {' '.join(TAG_PUNCTUATION)}"
+    return None
+
+
+def _tag_character(char: str) -> bool:
+    return char.isalnum() or unicodedata.category(char) == "Zs" or char in TAG_PUNCTUATION
+
 
 class RunSpec(_Spec):
     image: str | None = Field(default=None, min_length=1, description="container image, run with GPUs")
     command: str | None = Field(default=None, min_length=1, description="shell command (in the image if any)")
     env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, image: str | None, info: ValidationInfo) -> str | None:
+        """An image reference, not an option for docker (`--privileged`). At submission only: a record
+        stored before the rule must still read back."""
+        if image is not None and _submitted(info) and (problem := image_reference_problem(image)) is not None:
+            raise SpecFieldError("run.image", problem)
+        return image
 
     @field_validator("env", mode="before")
     @classmethod
@@ -243,6 +348,25 @@ class JobSpec(_Spec):
         """`priority: HIGH` is `high`, as `gpu_models: [a100]` is the A100."""
         return value.lower() if isinstance(value, str) else value
 
+    @field_validator("tags")
+    @classmethod
+    def _instance_tags(cls, tags: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """Tags within EC2's rules for the job's instances (checked now; not yet put on them: the launch
+        request, spotrelay.control, carries no tags). At submission only: a record stored before the rule
+        must still read back."""
+        if not _submitted(info):
+            return tags
+        if len(tags) > JOB_TAGS_MAX:
+            raise SpecFieldError(
+                "tags",
+                f"{len(tags)} tags; a job may have at most {JOB_TAGS_MAX} (EC2 allows {INSTANCE_TAGS_MAX} on an "
+                f"instance, and spotrelay puts {SPOTRELAY_INSTANCE_TAGS} there itself)",
+            )
+        for key, value in tags.items():
+            if (problem := tag_problem(key, value)) is not None:
+                raise SpecFieldError(f"tags.{_shown(key, quoted=False)}", problem)
+        return tags
+
     @field_validator("recovery", mode="before")
     @classmethod
     def _strategy_shorthand(cls, value: Any) -> Any:
@@ -279,12 +403,17 @@ class JobSpec(_Spec):
 
 
 class JobSpecError(ValueError):
-    """An invalid job spec. `problems` are `field: what is wrong and what is allowed`."""
+    """An invalid job spec. `problems` are `field: what is wrong and what is allowed`, one line each."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = problems
-        super().__init__(f"{source}: {'; '.join(problems)}")
+        self.source = _one_line(source)
+        self.problems = [_one_line(p) for p in problems]
+        super().__init__(f"{self.source}: {'; '.join(self.problems)}")
+
+
+# A spec with thousands of mistakes (a file of 50,000 unknown keys) is told its first few, not given a
+# message as long as the file
+PROBLEMS_SHOWN = 20
 
 
 def parse_job_spec(data: Any, source: str = "job spec") -> JobSpec:
@@ -294,44 +423,83 @@ def parse_job_spec(data: Any, source: str = "job spec") -> JobSpec:
     try:
         return JobSpec.model_validate(data, context={SUBMISSION: True})
     except ValidationError as e:
-        raise JobSpecError(source, [_describe(err) for err in e.errors()]) from None
+        errors = e.errors()
+        problems = [_describe(err) for err in errors[:PROBLEMS_SHOWN]]
+        if len(errors) > PROBLEMS_SHOWN:
+            problems.append(f"and {len(errors) - PROBLEMS_SHOWN} more problems")
+        raise JobSpecError(source, problems) from None
+
+
+# --- reading a document: bounded before and while it is parsed (a file or a message is a user's input) ---
+
+
+@dataclass(frozen=True)
+class DocumentLimits:
+    """How much of a YAML or JSON document is read and parsed before it is refused."""
+
+    max_bytes: int  # of the file, read no further
+    max_depth: int  # mappings and lists inside one another
+    max_nodes: int  # values, keys, mappings and lists, as expanded: a YAML alias counts its anchor's again
+    what: str = "a job spec"  # what the document should be, for the messages
+
+
+# A job spec is about 1 KiB, 3 levels deep and a few dozen nodes (events/jobs/resnet50.yaml: 693 bytes,
+# depth 3); a job with a hundred environment variables and tags is still under 1,000 nodes, and the queue
+# takes at most 256 KiB (spotrelay.aws.stack). Far above a real spec, and where PyYAML (pure Python, about
+# 10,000 nodes a second) stops within a second: a 300-byte YAML "billion laughs" expands to 10^9 nodes.
+JOB_SPEC_LIMITS = DocumentLimits(max_bytes=1024 * 1024, max_depth=32, max_nodes=10_000)
+MAX_INTEGER_DIGITS = 100  # no field of a spec or a scenario needs more
 
 
 def load_job_spec(path: str | Path) -> JobSpec:
     """Read a job spec from a YAML or JSON file."""
     path = Path(path)
+    return parse_job_spec(decode_document(read_document(path), str(path)), str(path))
+
+
+def read_document(path: Path, limits: DocumentLimits = JOB_SPEC_LIMITS) -> str:
+    """The text of a YAML or JSON file, read no further than `limits.max_bytes`: refused if it is larger, or
+    is not UTF-8 text (a binary file)."""
     try:
-        text = path.read_text()
+        with path.open("rb") as file:
+            data = file.read(limits.max_bytes + 1)
     except OSError as e:
-        raise JobSpecError(str(path), [f"cannot read: {e.strerror}"]) from None
-    return parse_job_spec(decode_document(text, str(path)), str(path))
+        raise JobSpecError(str(path), [f"cannot read: {e.strerror or e}"]) from None
+    return document_text(data, str(path), limits)
 
 
-def decode_document(text: str, source: str) -> Any:
-    """YAML (of which JSON is a subset), with the line of a syntax error in the message. A key given twice in
-    one mapping is refused: both parsers would keep the last silently (a second `limits:` block pasted
-    below the first would replace it)."""
+def document_text(data: bytes, source: str, limits: DocumentLimits = JOB_SPEC_LIMITS) -> str:
+    """`data` (at most `limits.max_bytes`, or one byte more to say it is larger) as text."""
+    if len(data) > limits.max_bytes:
+        raise JobSpecError(source, [f"larger than {_size(limits.max_bytes)}: too large for {limits.what}"])
+    if (nul := data.find(b"\0")) >= 0:
+        raise JobSpecError(
+            source, [f"holds a NUL byte (at byte {nul}): a binary file, not {limits.what} (YAML or JSON text)"]
+        )
+    try:
+        return data.decode("utf-8-sig")  # a byte order mark some editors write is no part of the text
+    except UnicodeDecodeError as e:
+        raise JobSpecError(
+            source,
+            [f"not UTF-8 text (byte 0x{data[e.start]:02x} at {e.start}): {limits.what} is YAML or JSON, in UTF-8"],
+        ) from None
+
+
+def decode_document(text: str, source: str, limits: DocumentLimits = JOB_SPEC_LIMITS) -> Any:
+    """YAML (of which JSON is a subset), with the line of a syntax error in the message, within `limits`.
+
+    A key given twice in one mapping is refused: both parsers would keep the last silently (a second
+    `limits:` block pasted below the first would replace it). So is a key that is a list or a mapping
+    (YAML's `? [a, b]`): no field is named by one."""
+    if len(text) > limits.max_bytes:  # at least as many bytes as characters
+        raise JobSpecError(source, [f"larger than {_size(limits.max_bytes)}: too large for {limits.what}"])
     if text.lstrip().startswith(("{", "[")):
         # JSON as JSON: YAML would refuse tab-indented JSON, which many JSON writers produce.
-        try:
-            return json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, source))
-        except json.JSONDecodeError as e:
-            raise JobSpecError(source, [f"line {e.lineno}: not valid JSON ({e.msg})"]) from None
+        return decode_json(text, source, limits)
     import yaml  # here, not at the top: the Lambda functions parse JSON and their runtime has no PyYAML
 
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    line = key_node.start_mark.line + 1
-                    raise JobSpecError(source, [f"line {line}: {key} is given twice; keep one"])
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no Python objects
+        return yaml.load(text, Loader=_bounded_loader(source, limits))  # a SafeLoader: no Python objects
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
@@ -339,12 +507,149 @@ def decode_document(text: str, source: str) -> Any:
         raise JobSpecError(source, [f"{where}not valid YAML or JSON ({problem})"]) from None
 
 
+def decode_json(text: str, source: str, limits: DocumentLimits = JOB_SPEC_LIMITS) -> Any:
+    """JSON within `limits` (the dispatcher reads queue messages with it): its size bounds its nodes (JSON
+    has no aliases); its nesting is bounded by Python's recursion limit while parsing, then by
+    `limits.max_depth`; an integer of more than MAX_INTEGER_DIGITS digits is refused as it is read (Python
+    would spend quadratic time on it, and refuses past 4,300 digits with a ValueError); a key given twice
+    in one object is refused."""
+    if len(text) > limits.max_bytes:  # at least as many bytes as characters
+        raise JobSpecError(source, [f"larger than {_size(limits.max_bytes)}: too large for {limits.what}"])
+
+    def integer(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+            raise JobSpecError(
+                source, [f"a number of {len(digits.lstrip('-'))} digits: no field of {limits.what} takes one"]
+            )
+        return int(digits)
+
+    try:
+        document = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, source), parse_int=integer)
+    except json.JSONDecodeError as e:
+        raise JobSpecError(source, [f"line {e.lineno}: not valid JSON ({e.msg})"]) from None
+    except RecursionError:
+        raise JobSpecError(source, [_too_deep(limits)]) from None
+    _check_shape(document, source, limits)
+    return document
+
+
+def _bounded_loader(source: str, limits: DocumentLimits) -> Any:
+    """A SafeLoader class that refuses, while it composes the document and before anything is built from
+    it: nesting deeper than `limits.max_depth`, more than `limits.max_nodes` nodes with every alias
+    expanded (a billion laughs is a few hundred bytes of aliases), an alias inside its own anchor, a key
+    that is not a single value, and a key given twice."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        def __init__(self, stream: Any) -> None:
+            super().__init__(stream)
+            self.nodes = 0  # composed so far, aliases expanded
+            self.depth = 0
+            self.expanded: dict[int, int] = {}  # id(node) -> its nodes, expanded, once it is composed
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()  # type: ignore[no-untyped-call]  # (untyped in types-PyYAML)
+                anchored = self.anchors.get(event.anchor)
+                if anchored is not None:  # (an unknown alias is the composer's error)
+                    if id(anchored) not in self.expanded:
+                        raise self._refused(event, f"*{event.anchor} is inside &{event.anchor} itself")
+                    self._count(self.expanded[id(anchored)], event)
+                return super().compose_node(parent, index)
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # (untyped in types-PyYAML)
+            self.depth += 1
+            if self.depth > limits.max_depth:
+                raise self._refused(event, _too_deep(limits))
+            self._count(1, event)
+            before = self.nodes - 1
+            node = super().compose_node(parent, index)
+            self.expanded[id(node)] = self.nodes - before
+            self.depth -= 1
+            return node
+
+        def _count(self, nodes: int, event: Any) -> None:
+            self.nodes += nodes
+            if self.nodes > limits.max_nodes:
+                raise self._refused(event, _too_many(limits))
+
+        def _refused(self, event: Any, problem: str) -> JobSpecError:
+            return JobSpecError(source, [f"line {event.start_mark.line + 1}: {problem}"])
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                line = key_node.start_mark.line + 1
+                if not isinstance(key_node, yaml.ScalarNode):
+                    kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+                    raise JobSpecError(source, [f"line {line}: a key is one word or number, not a {kind}"])
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise JobSpecError(source, [f"line {line}: {_shown(key, quoted=False)} is given twice; keep one"])
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return BoundedLoader
+
+
+def _check_shape(document: Any, source: str, limits: DocumentLimits) -> None:
+    """Refuse a decoded JSON document nested deeper than `limits.max_depth` or with more nodes than
+    `limits.max_nodes` (as YAML's are refused while composed). Iterative: no recursion on deep input."""
+    nodes = 0
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limits.max_depth:  # (counted as YAML's are: a value inside 32 lists is at depth 33)
+            raise JobSpecError(source, [_too_deep(limits)])
+        if isinstance(value, dict | list):
+            children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
+        nodes += 1
+        if nodes > limits.max_nodes:
+            raise JobSpecError(source, [_too_many(limits)])
+
+
+def _too_deep(limits: DocumentLimits) -> str:
+    return f"nested more than {limits.max_depth} levels deep: not {limits.what}"
+
+
+def _too_many(limits: DocumentLimits) -> str:
+    return f"more than {limits.max_nodes:,} keys and values (a YAML alias counts as all it repeats): not {limits.what}"
+
+
+def _size(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB" if n % (1024 * 1024) == 0 else f"{n // 1024} KiB"
+
+
 def _unique_keys(pairs: list[tuple[str, Any]], source: str) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    twice = sorted({key for key in keys if keys.count(key) > 1})
-    if twice:
-        raise JobSpecError(source, [f"{', '.join(twice)} given twice in one object; keep one"])
-    return dict(pairs)
+    unique = dict(pairs)
+    if len(unique) < len(pairs):
+        twice = sorted(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        shown = ", ".join(_shown(key, quoted=False) for key in twice[:PROBLEMS_SHOWN])
+        more = f" and {len(twice) - PROBLEMS_SHOWN} more" if len(twice) > PROBLEMS_SHOWN else ""
+        raise JobSpecError(source, [f"{shown}{more} given twice in one object; keep one"])
+    return unique
+
+
+# What a message quotes of a value a user gave: enough to find it, not all of a 1 MiB string
+_SHOWN_MAX_CHARS = 60
+_SHOWN = reprlib.Repr()  # (its keyword arguments are Python 3.12's)
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN_MAX_CHARS
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 4
+_SHOWN.maxlevel = 2
+
+
+def _shown(value: object, *, quoted: bool = True) -> str:
+    if quoted:
+        return _SHOWN.repr(value)
+    text = str(value) if not isinstance(value, str) else value
+    return text if len(text) <= _SHOWN_MAX_CHARS else text[: _SHOWN_MAX_CHARS - 3] + "..."
+
+
+def _one_line(text: str) -> str:
+    """`text` with its line breaks and other control characters escaped: a message stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def job_spec_json_schema() -> str:
@@ -369,10 +674,10 @@ def _describe(err: Any) -> str:
     if kind == "missing":
         return f"{field}: required"
     if kind == "string_pattern_mismatch" and (described := _description(loc)):
-        return f"{field}: use {described} (got {err['input']!r})"
+        return f"{field}: use {described} (got {_shown(err['input'])})"
     message = str(err["msg"]).removeprefix("Value error, ")
     if kind not in {"value_error", "assertion_error"} and "input" in err and not isinstance(err["input"], dict):
-        message += f" (got {err['input']!r})"
+        message += f" (got {_shown(err['input'])})"
     return f"{field}: {message}"
 
 

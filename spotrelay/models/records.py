@@ -1,15 +1,26 @@
-"""What the scheduler records: pools, price quotes, jobs, attempts and checkpoint manifests."""
+"""What the scheduler records: pools, price quotes, jobs, attempts and checkpoint manifests.
+
+Records are read forward-compatibly. During a deploy, and whenever two versions share a table (a CLI
+older than the stack, a function not yet updated), one version reads what a newer one wrote: a field
+it does not know is kept (pydantic's `extra="allow"`), carried through a read-modify-write unchanged,
+and never makes the record unreadable. Checkpoint manifests are the exception (see
+CheckpointManifest), and so is a job spec being *submitted*: an unknown field there is refused, naming
+it (spotrelay.models.job_spec). In code, mypy's pydantic plugin still refuses a keyword these models
+do not declare (`init_forbid_extra`).
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Self
+from typing import Any, Final, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from spotrelay.models.job_spec import JobSpec
 from spotrelay.models.state import JobState
+
+KEEP_UNKNOWN_FIELDS: Final = "allow"  # see the module docstring
 
 
 class Market(StrEnum):
@@ -20,7 +31,7 @@ class Market(StrEnum):
 class Pool(BaseModel):
     """Where an instance can run: an instance type in an availability zone, bought on a market."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra=KEEP_UNKNOWN_FIELDS)
 
     instance_type: str
     availability_zone: str
@@ -38,7 +49,7 @@ class Pool(BaseModel):
 class PriceQuote(BaseModel):
     """The hourly price of one pool, as of `timestamp` (None: the price is not time-stamped)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra=KEEP_UNKNOWN_FIELDS)
 
     pool: Pool
     usd_per_hour: float = Field(ge=0)
@@ -58,7 +69,7 @@ class AttemptOutcome(StrEnum):
 class Attempt(BaseModel):
     """One run of a job on one instance. Attempt numbers start at 1 and fence stale events."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra=KEEP_UNKNOWN_FIELDS)
 
     job_id: str
     attempt: int = Field(ge=1)
@@ -103,7 +114,7 @@ class Attempt(BaseModel):
 class PlannedPool(BaseModel):
     """One entry of the ranking `place` hands to `launch`: try these pools in order."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra=KEEP_UNKNOWN_FIELDS)
 
     pool: Pool
     hourly_price: float = Field(ge=0)
@@ -113,7 +124,7 @@ class PlannedPool(BaseModel):
 class Job(BaseModel):
     """A submitted job and where it stands."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra=KEEP_UNKNOWN_FIELDS)
 
     job_id: str
     spec: JobSpec
@@ -150,7 +161,7 @@ class Job(BaseModel):
 
 
 class CheckpointFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid")  # as the manifest's
 
     path: str = Field(min_length=1, description="relative to checkpoint.dir, with no '..' part")
     size: int = Field(ge=0)
@@ -178,6 +189,10 @@ class CheckpointManifest(BaseModel):
     are ordered by (attempt, seq), and the job's pointer only ever moves forward in that order.
     A file's bytes are at `<prefix>data/<path>`, or, when an earlier checkpoint of the same job
     uploaded them, at that checkpoint's key (`CheckpointFile.key`; never outside the job's checkpoints).
+
+    Unlike the table's records, a manifest with a field this version does not know is refused: it says
+    how to read the bytes (a newer agent's field might be a compression or an encryption), and a
+    restore that guessed would hand the job corrupt state.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

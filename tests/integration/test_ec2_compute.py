@@ -226,3 +226,20 @@ def test_instance_states_leave_out_ids_ec2_does_not_know(compute: Ec2Compute, ne
     assert set(states) == {instance_id}
     assert states[instance_id] in {"pending", "running"}
     assert compute.instance_states([]) == {}
+
+
+def test_the_jobs_tags_are_on_its_instance_and_volumes_beside_spotrelays_own(
+    compute: Ec2Compute, ec2: EC2Client, network: Network
+) -> None:
+    # Given a launch of a job whose spec has tags (its own Name among them)
+    tags = {"team": "vision", "cost-center": "ml-42", "Name": "resnet50 sweep"}
+    launched = compute.launch(request(network).model_copy(update={"tags": tags}))
+    # Then the instance carries them, spotrelay's own tags unchanged beside them
+    on_instance = {t["Key"]: t["Value"] for t in describe(ec2, launched).get("Tags", [])}
+    assert {k: on_instance[k] for k in tags} == tags
+    assert on_instance["spotrelay:job-id"] == "job-1"
+    assert on_instance["spotrelay:managed"] == "true"
+    # And so do its volumes
+    volumes = ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [launched]}])["Volumes"]
+    for volume in volumes:
+        assert {t["Key"]: t["Value"] for t in volume.get("Tags", [])}["team"] == "vision"

@@ -4,14 +4,19 @@ job's real JobLifecycle execution (waiting in Run on the attempt's task token) e
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from spotrelay.aws.store import block_key, epoch_seconds
+from spotrelay.aws.store import attempt_sort_key, block_key, epoch_seconds, job_key
 from spotrelay.models import JobState
 
+from .aws_resources import TABLE
 from .function_harness import BLOCK_MINUTES, Deployment, Launched, TaskFailures, event_time, recorded_event
 
 # Place (in every launch) adds a metric only when it waits: Powertools warns about the empty flush.
@@ -112,7 +117,7 @@ def test_the_running_state_change_marks_the_job_running(deployment: Deployment, 
     assert deployment.execution(JOB)["status"] == "RUNNING"
 
 
-def test_terminated_before_the_warning_loses_the_instance_and_the_late_warning_still_blocks_the_pool(
+def test_a_spot_instance_terminated_before_its_warning_is_an_interruption_and_the_late_warning_changes_nothing(
     deployment: Deployment, launched: Launched
 ) -> None:
     # Given EventBridge delivers the `terminated` state change before the interruption warning
@@ -120,21 +125,23 @@ def test_terminated_before_the_warning_loses_the_instance_and_the_late_warning_s
     warning = recorded_event("spot-interruption-warning", launched.instance_id)
 
     # When the state change is handled
-    lost = deployment.invoke("ec2_events", terminated)
+    first = deployment.invoke("ec2_events", terminated)
 
-    # Then the Run task fails with InstanceLost, and no pool is blocked yet
-    assert lost["action"] == "lost"
-    assert deployment.outcome(JOB) == ("FAILED", "InstanceLost")
-    assert block_until(deployment, launched) is None
+    # Then a spot instance going away is handled as its interruption (not lost): the Run task fails with
+    # SpotInterrupted, so Recover waits for the final checkpoint; the pool is blocked, one interruption counted
+    assert (first["action"], first["reason"]) == ("interrupt", "terminated before any interruption warning")
+    assert deployment.outcome(JOB) == ("FAILED", "SpotInterrupted")
+    assert deployment.store.get_attempt(JOB, 1).interrupted_at == event_time(terminated)
+    assert block_until(deployment, launched) == blocked_until(event_time(terminated))
 
     # When the warning arrives after it
     late = deployment.invoke("ec2_events", warning)
 
-    # Then the pool is still blocked from the warning's time and the interruption counted
+    # Then nothing more happens: the block stands, the interruption is counted once, the execution's end stands
     assert late["action"] == "interrupt"
-    assert block_until(deployment, launched) == blocked_until(event_time(warning))
+    assert block_until(deployment, launched) == blocked_until(event_time(terminated))
     assert interruptions_counted(deployment, launched) == 1
-    assert deployment.outcome(JOB) == ("FAILED", "InstanceLost")
+    assert deployment.outcome(JOB) == ("FAILED", "SpotInterrupted")
 
 
 def test_a_rebalance_recommendation_is_noted_and_the_job_runs_on(deployment: Deployment, launched: Launched) -> None:
@@ -186,5 +193,67 @@ def test_a_malformed_event_is_acknowledged_and_changes_nothing(
     # Then it is acknowledged as malformed (not raised into a retry loop), and nothing changed
     assert outcome["action"] == "malformed"
     assert outcome["reason"]
+    assert deployment.table_items() == table
+    assert deployment.execution(JOB)["status"] == "RUNNING"
+
+
+# --- records another version wrote -------------------------------------------------------------------
+
+
+def rewrite_record(deployment: Deployment, pk: str, sk: str, change: Callable[[dict[str, Any]], None]) -> None:
+    """Change a stored record's JSON in place, as another version of spotrelay would have written it."""
+    item = deployment.item(pk, sk)
+    assert item is not None
+    record = json.loads(item["record"]["S"])
+    change(record)
+    deployment.dynamodb.update_item(
+        TableName=TABLE,
+        Key={"pk": {"S": pk}, "sk": {"S": sk}},
+        UpdateExpression="SET #r = :r",
+        ExpressionAttributeNames={"#r": "record"},
+        ExpressionAttributeValues={":r": {"S": json.dumps(record)}},
+    )
+
+
+def test_records_a_newer_version_wrote_still_get_their_interruption_handled(
+    deployment: Deployment, launched: Launched, task_failures: TaskFailures
+) -> None:
+    # Given a running attempt whose job and attempt records carry a field this version does not know
+    # (written by a newer version of the functions, mid-deploy)
+    rewrite_record(deployment, job_key(JOB), "JOB", lambda r: r.update(priority_boost=3))
+    rewrite_record(deployment, job_key(JOB), attempt_sort_key(1), lambda r: r.update(gpu_temperature_c=71.5))
+
+    # When its interruption warning arrives
+    warning = recorded_event("spot-interruption-warning", launched.instance_id)
+    outcome = deployment.invoke("ec2_events", warning)
+
+    # Then it is handled as any interruption: the attempt marked, the pool blocked, the Run task failed
+    assert (outcome["action"], outcome["job_id"], outcome["attempt"]) == ("interrupt", JOB, 1)
+    assert deployment.store.get_attempt(JOB, 1).interrupted_at == event_time(warning)
+    assert block_until(deployment, launched) == blocked_until(event_time(warning))
+    assert [error for error, _ in task_failures.sent] == ["SpotInterrupted"]
+    # And the newer version's fields are still in the records this version rewrote
+    attempt_item = deployment.item(job_key(JOB), attempt_sort_key(1))
+    job_item = deployment.item(job_key(JOB), "JOB")
+    assert attempt_item is not None
+    assert job_item is not None
+    assert json.loads(attempt_item["record"]["S"])["gpu_temperature_c"] == 71.5
+    assert json.loads(job_item["record"]["S"])["priority_boost"] == 3
+
+
+def test_a_record_that_cannot_be_read_is_raised_for_a_retry_not_acknowledged_as_a_malformed_event(
+    deployment: Deployment, launched: Launched
+) -> None:
+    # Given a running attempt whose record cannot be read (a known field holding what it cannot hold)
+    rewrite_record(deployment, job_key(JOB), attempt_sort_key(1), lambda r: r.update(attempt="first"))
+    table = deployment.table_items()
+
+    # When its interruption warning arrives
+    warning = recorded_event("spot-interruption-warning", launched.instance_id)
+
+    # Then the function raises (Lambda retries the event; its rule's DLQ keeps it after that), changing nothing:
+    # a real warning is never acknowledged as a malformed event
+    with pytest.raises(ValidationError, match="attempt"):
+        deployment.invoke("ec2_events", warning)
     assert deployment.table_items() == table
     assert deployment.execution(JOB)["status"] == "RUNNING"

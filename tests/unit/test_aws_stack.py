@@ -57,10 +57,11 @@ class RefusingLambda:
 
 
 class Table:
-    """DynamoDB answering GetItem with a job record another version of spotrelay wrote."""
+    """DynamoDB answering GetItem with a job record another version of spotrelay wrote: in a state this
+    version does not know (a field it does not know would be kept, and read: spotrelay.models.records)."""
 
     def get_item(self, **kwargs: Any) -> dict[str, Any]:
-        record = {"job_id": "train-1", "spec": SPEC.model_dump(mode="json"), "priority_boost": 3}
+        record = {"job_id": "train-1", "spec": SPEC.model_dump(mode="json"), "state": "HIBERNATING"}
         record |= {"submitted_at": "2026-11-30T12:00:00Z", "updated_at": "2026-11-30T12:00:00Z"}
         return {"Item": {"record": {"S": json.dumps(record)}, "version": {"N": "1"}}}
 
@@ -146,8 +147,9 @@ def test_a_record_written_by_another_version_is_a_one_line_error_naming_the_fiel
     with pytest.raises(StackError) as raised:
         client(stack, dynamodb=Table()).status("train-1")
     assert str(raised.value) == (
-        "the record of job train-1 does not read as this version of spotrelay's (priority_boost: Extra inputs "
-        "are not permitted): use the spotrelay version the stack was deployed with"
+        "the record of job train-1 does not read as this version of spotrelay's (state: Input should be 'QUEUED', "
+        "'PLACING', 'WAITING', 'LAUNCHING', 'RUNNING', 'RECOVERING', 'SUCCEEDED', 'FAILED' or 'CANCELLED'): use "
+        "the spotrelay version the stack was deployed with"
     )
 
 

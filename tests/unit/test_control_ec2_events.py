@@ -185,15 +185,23 @@ def test_the_pending_state_change_changes_nothing(events_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("name", [TERMINATED, "instance-state-change-stopping.json"])
-def test_an_instance_that_goes_away_without_a_warning_is_lost(events_dir: Path, name: str) -> None:
-    # Given a running job
+def test_an_on_demand_instance_that_goes_away_is_lost(events_dir: Path, name: str) -> None:
+    # Given a job running on on-demand, where no spot notice can come (spot: tests/unit/test_ec2_event_order.py)
     world = World()
-    world.running()
+    running = world.running()
+    on_demand = Pool(
+        instance_type=running.pool.instance_type,
+        availability_zone=running.pool.availability_zone,
+        market=Market.ON_DEMAND,
+    )
+    world.store.put_attempt(running.model_copy(update={"pool": on_demand}))
     gone = event(events_dir, name, world)
-    # When its instance stops or terminates with no interruption warning
+    # When its instance stops or terminates
     outcome = world.handle(gone)
-    # Then the Run task fails with InstanceLost, naming the instance
+    # Then the Run task fails with InstanceLost, naming the instance; nothing is blocked or counted
     assert outcome.action == "lost"
+    assert world.attempt().interrupted_at is None
+    assert world.store.pool_observations() == {}
     assert world.fail_results("token-1") == ["InstanceLost"]
     cause = json.loads(str(world.workflow.task_results[0].cause))
     assert cause["instance_id"] == world.attempt().instance_id
@@ -209,24 +217,6 @@ def test_termination_after_the_warning_is_already_handled(events_dir: Path) -> N
     # Then that is ignored: the task failed once, with SpotInterrupted
     assert outcome.action == "ignore"
     assert world.fail_results("token-1") == ["SpotInterrupted"]
-
-
-def test_termination_delivered_before_its_warning_is_a_loss_and_the_late_warning_still_blocks_the_pool(
-    events_dir: Path,
-) -> None:
-    # Given a running job whose `terminated` event overtook the interruption warning
-    world = World()
-    world.running()
-    warning = event(events_dir, WARNING, world)
-    lost = world.handle(event(events_dir, TERMINATED, world))
-    # When the warning arrives afterwards
-    late = world.handle(warning)
-    # Then the task failed once, with InstanceLost; the late warning finds it closed, yet blocks and counts the pool
-    assert lost.action == "lost"
-    assert (late.action, late.reason) == ("interrupt", "task already closed")
-    assert world.fail_results("token-1") == ["InstanceLost"]
-    assert CHEAPEST in blocked_at(world, warning)
-    assert world.store.pool_observations()[CHEAPEST.offering].interruptions == 1
 
 
 def test_events_for_a_finished_jobs_instance_are_ignored(events_dir: Path) -> None:

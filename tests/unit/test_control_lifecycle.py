@@ -272,6 +272,20 @@ def test_launch_starts_an_instance_in_the_first_planned_pool_and_records_the_att
     assert launched["instance_type"] == "g6.xlarge"
 
 
+def test_launch_puts_the_jobs_tags_on_its_instance() -> None:
+    # Given a placed job with tags
+    world = World()
+    world.admitted(tags={"team": "vision", "cost-center": "ml-42"})
+    world.place()
+    # When Launch runs
+    launched = world.launch(token="token-1")
+    # Then the instance is asked for with the job's tags, and carries them beside spotrelay's own
+    [request] = world.compute.launches
+    assert request.tags == {"team": "vision", "cost-center": "ml-42"}
+    tags = world.compute.instances[launched["instance_id"]].tags
+    assert (tags["team"], tags["spotrelay:job-id"]) == ("vision", "train-1")
+
+
 def test_launch_blocks_a_pool_without_capacity_for_three_minutes_and_uses_the_next() -> None:
     # Given a placed job, and no capacity in the cheapest pool
     world = World()

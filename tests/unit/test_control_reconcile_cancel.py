@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from control_builders import CHEAPEST, HEARTBEAT_SECONDS, SECOND, THIRD, World, error, make_job, recorded_event
-from fakes import FakeCompute
+from fakes import FakeCompute, FunctionStopped
 
 from spotrelay.config import TAG_MANAGED
 from spotrelay.control.dispatcher import job_id_for
@@ -196,18 +196,24 @@ class UserCancelsDuringLaunch(FakeCompute):
 
 
 def test_reconcile_terminates_an_instance_launched_for_a_job_cancelled_during_its_launch() -> None:
-    # Given a job cancelled (execution stopped) while Launch was starting its instance, which Launch then recorded
+    # Given a job cancelled (execution stopped) while Launch was starting its instance, which Launch then
+    # recorded and, seeing the cancel, could not terminate (EC2 throttled it): the attempt is left open
     world = World()
     world.admitted()
     world.place()
     world.compute = UserCancelsDuringLaunch(world)
-    launched = world.launch()
+    world.compute.fail_next["terminate"] = RuntimeError("RequestLimitExceeded")
+    with pytest.raises(RuntimeError, match="RequestLimitExceeded"):
+        world.launch()
     assert world.job().state is JobState.CANCELLED
+    instance_id = str(world.attempt().instance_id)
+    assert world.compute.instances[instance_id].state != "terminated"
     # When reconcile runs, past the orphan grace
     world.advance(minutes=10)
     world.reconcile()
     # Then the instance is terminated: nothing runs, or bills, for a CANCELLED job
-    assert world.compute.instances[str(launched["instance_id"])].state == "terminated"
+    assert world.compute.instances[instance_id].state == "terminated"
+    assert world.attempt().outcome is not None
 
 
 def test_reconcile_starts_the_execution_of_an_active_job_that_has_none() -> None:
@@ -275,8 +281,8 @@ def test_a_cancel_note_is_kept_even_if_the_dispatcher_stopped_right_after_record
     world = World()
     job_id = queued_message(world)
     world.cancel(job_id)
-    world.store.fail_next["cancel_requested_before_admission"] = TimeoutError("the function timed out")
-    with pytest.raises(TimeoutError):
+    world.store.fail_next["cancel_requested_before_admission"] = FunctionStopped("the function timed out")
+    with pytest.raises(FunctionStopped):
         world.dispatch()
     world.queue.redeliver()
     # When the dispatcher runs again
