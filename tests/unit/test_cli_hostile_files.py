@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_aws_stack import Queue
 from typer.testing import CliRunner, Result
 
 from spotrelay.aws.stack import SQS_MESSAGE_MAX_BYTES, JobsClient, deployed_stack
@@ -51,15 +52,6 @@ class CloudFormation:
     def describe_stacks(self, StackName: str) -> dict[str, Any]:
         outputs = [{"OutputKey": "QueueUrl", "OutputValue": "https://queue"}]
         return {"Stacks": [{"StackStatus": "CREATE_COMPLETE", "Outputs": outputs}]}
-
-
-class Queue:
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def send_message(self, **request: Any) -> dict[str, str]:
-        self.sent.append(request)
-        return {"MessageId": "9e8d7c6b-5a49-3827-1605-f4e3d2c1b0a9"}
 
 
 @pytest.fixture
