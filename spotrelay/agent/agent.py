@@ -407,7 +407,15 @@ class Agent:
                     },
                 )
             self.checkpointer.follow_pointer(pointer)
-            job = self._start_job(resumed=manifest is not None)
+            try:
+                job = self._start_job(resumed=manifest is not None)
+            except (OSError, ValueError) as e:
+                # The job cannot start here (its checkpoint dir cannot be made, its command cannot be run):
+                # the job's to fix, so JobFailed (a restart, bounded by max_restarts). Crashing instead would
+                # have systemd restart the agent into the same failure while the instance runs on.
+                self.log.error("the job could not start", extra={"error": f"{type(e).__name__}: {e}"})
+                cause = {"attempt": self.attempt, "error": f"the job could not start: {type(e).__name__}: {e}"[:1000]}
+                return self._finish(token, "failed", ERROR_JOB_FAILED, cause)
             self._update(process=job.record, resumed=manifest is not None)
             self._output = _OutputTail(job.record.log_file, self.log, from_end=False)
         else:

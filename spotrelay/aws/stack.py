@@ -236,7 +236,9 @@ class JobsClient:
         if never is not None:
             raise StackError(f"stack {self.stack.name} would never run job {spec.name} ({never}); not sent", USAGE)
         submission_id = str(uuid.uuid4())
-        body = spec.model_dump_json(exclude_unset=True)
+        # ASCII JSON: SQS takes no U+FFFE, U+FFFF or other character outside its allowed set in a message, and
+        # a spec may hold one in its text; as \u escapes it travels, and the dispatcher reads the same text
+        body = json.dumps(spec.model_dump(mode="json", exclude_unset=True), ensure_ascii=True, separators=(",", ":"))
         size = len(body.encode()) + len(SUBMISSION_ATTRIBUTE) + len("String") + len(submission_id)
         if size > SQS_MESSAGE_MAX_BYTES:  # SQS would refuse it (the user's to fix: a smaller spec)
             raise StackError(

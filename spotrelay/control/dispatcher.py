@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -52,7 +53,7 @@ MAX_PROBLEM_CHARS = 400  # one field's problem: a huge value it echoes cannot cr
 MAX_ERROR_CHARS = 500  # an unexpected error's text in the report
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _SUBMISSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a UUID, lower case
-_NOT_PRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")  # controls, line breaks, surrogates
+_SEPARATORS = "\u2028\u2029"
 _SURROGATE = re.compile("[\ud800-\udfff]")  # in decoded text, only ever unpaired (a pair decodes to one character)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
@@ -99,7 +100,10 @@ def printable(text: str, limit: int = MAX_REASON_CHARS) -> str:
     unpaired surrogates replaced by U+FFFD: safe in a DynamoDB string, an SQS attribute, a terminal."""
     if len(text) > limit:
         text = text[: max(0, limit - 1)] + "…"
-    return _NOT_PRINTABLE.sub("\ufffd", text)
+    # Unicode's "other" categories (controls, formats such as bidirectional overrides and zero-width
+    # characters, surrogates, private use, unassigned code points such as U+FFFF) and the line and paragraph
+    # separators become U+FFFD
+    return "".join("\ufffd" if unicodedata.category(c)[0] == "C" or c in _SEPARATORS else c for c in text)
 
 
 # --- deciding what a message is ---------------------------------------------------------------------

@@ -23,13 +23,27 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from spotrelay.catalog import GPU_MODELS, INSTANCE_TYPES, InstanceType, relative_speed
 
+# Top-level directories of the instance's own files, where a job's checkpoint dir may not be (/mnt, /data,
+# /scratch, /home, /opt/<job>, /ckpt are the job's to use)
+SYSTEM_DIRECTORIES = frozenset(
+    {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root", "sbin", "sys", "usr"}
+)
+
+
+def _control_character(text: str, allowed: str = "") -> str | None:
+    """The first C0/C1 control character (or DEL) of `text` not in `allowed`, or None."""
+    return next((c for c in text if (c < " " or "\x7f" <= c <= "\x9f") and c not in allowed), None)
+
 
 class _Spec(BaseModel):
     # allow_inf_nan=False: YAML's .inf/.nan and JSON's Infinity/NaN are refused naming the field. pydantic
     # writes a non-finite float as null, so a record holding one would not read back (null is no float) or
     # would mean something else (a null deadline is none). For every reader, not only at submission: no
     # stored record can hold one (each was written as null), so the rule makes no old record unreadable.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # extra="allow": a stored record's spec with a field a newer version added reads, and keeps it
+    # (spotrelay.models.records); a spec being submitted is validated with extra="forbid" (parse_job_spec),
+    # so an unknown key there is still refused, naming it.
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
 
 class Priority(StrEnum):
@@ -180,6 +194,8 @@ class RunSpec(_Spec):
                 raise SpecFieldError(
                     f"run.env.{key}", "not an environment variable name: use letters, digits and _, not first a digit"
                 )
+            if isinstance(value, str) and _submitted(info) and "\x00" in value:
+                raise SpecFieldError(f"run.env.{key}", "holds a NUL character, which no environment variable can")
             if not isinstance(value, str):
                 raise SpecFieldError(
                     f"run.env.{key}",
@@ -188,6 +204,15 @@ class RunSpec(_Spec):
                     f'{key}: "..."',
                 )
         return env
+
+    @field_validator("command")
+    @classmethod
+    def _runnable_command(cls, command: str | None, info: ValidationInfo) -> str | None:
+        """Text a process can be given: no NUL (execve takes none: the agent could not start the job, on
+        every attempt) and no other control character but tab and line breaks. At submission only."""
+        if command is not None and _submitted(info) and (odd := _control_character(command, allowed="\t\n\r")):
+            raise SpecFieldError("run.command", f"holds the control character {odd!r}; a command is text")
+        return command
 
     @model_validator(mode="after")
     def _image_or_command(self) -> Self:
@@ -255,11 +280,44 @@ class ResourcesSpec(_Spec):
 
 class CheckpointSpec(_Spec):
     dir: str = Field(default="/ckpt", pattern=r"^/", description="absolute path on the instance")
+
+    @field_validator("dir")
+    @classmethod
+    def _a_directory_the_agent_can_make(cls, path: str, info: ValidationInfo) -> str:
+        """A plain absolute path, of a directory of its own, outside the system's: the agent makes it and
+        restores the checkpoint into it (as root), so `/`, `/etc/...`, `..` parts or a NUL would fail the
+        job on every attempt or overwrite the instance's own files. At submission only."""
+        if not _submitted(info):
+            return path
+        parts = path.split("/")[1:]
+        if _control_character(path) or any(part in ("", ".", "..") for part in parts):
+            raise SpecFieldError(
+                "checkpoint.dir",
+                f"use a plain absolute path such as /ckpt: no empty, . or .. parts (got {_shown(path)})",
+            )
+        if parts[0] in SYSTEM_DIRECTORIES:
+            raise SpecFieldError(
+                "checkpoint.dir",
+                f"/{parts[0]} is the system's; use a directory of the job's own, such as /ckpt or /mnt/ckpt",
+            )
+        return path
+
     interval_minutes: float = Field(strict=True, default=15, gt=0, le=24 * 60)
     # The spot notice gives two minutes; the agent needs some of them to upload the last delta. 0: the job
     # is not given time to save at the notice (it saves only every interval_minutes), so a preemption may
     # lose up to an interval of work, which the deadline's safety net then keeps as slack.
     grace_seconds: int = Field(strict=True, default=90, ge=0, le=110)
+
+
+# Hours no job spans (over 11 years): a longer deadline, patience or amount of work is refused at submission,
+# before a date it is added to overflows (`spotrelay status` adds max_wait_hours to when the wait began)
+MAX_HOURS = 100_000
+
+
+def _within_max_hours(field: str, hours: float | None, info: ValidationInfo) -> float | None:
+    if hours is not None and _submitted(info) and hours > MAX_HOURS:
+        raise SpecFieldError(field, f"at most {MAX_HOURS:,} hours (over 11 years; got {hours:g})")
+    return hours
 
 
 class LimitsSpec(_Spec):
@@ -281,6 +339,11 @@ class LimitsSpec(_Spec):
             "else NoCapacity (on-demand launches refused too: after as long again)"
         ),
     )
+
+    @field_validator("deadline_hours", "max_wait_hours")
+    @classmethod
+    def _hours_within_reach(cls, hours: float | None, info: ValidationInfo) -> float | None:
+        return _within_max_hours(f"limits.{info.field_name}", hours, info)
 
 
 # Validation context of a spec being submitted (`parse_job_spec`), not a stored record read back: rules
@@ -342,6 +405,11 @@ class JobSpec(_Spec):
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
     recovery: Annotated[RecoverySpec, Field(default_factory=RecoverySpec)]
 
+    @field_validator("work_hours")
+    @classmethod
+    def _work_within_reach(cls, hours: float | None, info: ValidationInfo) -> float | None:
+        return _within_max_hours("work_hours", hours, info)
+
     @field_validator("priority", mode="before")
     @classmethod
     def _any_case(cls, value: Any) -> Any:
@@ -402,12 +470,17 @@ class JobSpec(_Spec):
         return remaining_work_hours / max(relative_speed(t) for t in self.resources.fitting_types())
 
 
+def _bounded(problem: str) -> str:
+    return problem if len(problem) <= MAX_PROBLEM_CHARS else problem[: MAX_PROBLEM_CHARS - 1] + "…"
+
+
 class JobSpecError(ValueError):
     """An invalid job spec. `problems` are `field: what is wrong and what is allowed`, one line each."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source = _one_line(source)
-        self.problems = [_one_line(p) for p in problems]
+        # each problem bounded: a 1 MB unknown key is named, not echoed whole onto the one error line
+        self.problems = [_bounded(_one_line(p)) for p in problems]
         super().__init__(f"{self.source}: {'; '.join(self.problems)}")
 
 
@@ -421,7 +494,7 @@ def parse_job_spec(data: Any, source: str = "job spec") -> JobSpec:
     if not isinstance(data, dict):
         raise JobSpecError(source, [f"expected a mapping of keys (name, run, resources, ...), got {_kind(data)}"])
     try:
-        return JobSpec.model_validate(data, context={SUBMISSION: True})
+        return JobSpec.model_validate(data, context={SUBMISSION: True}, extra="forbid")
     except ValidationError as e:
         errors = e.errors()
         problems = [_describe(err) for err in errors[:PROBLEMS_SHOWN]]
@@ -449,6 +522,7 @@ class DocumentLimits:
 # 10,000 nodes a second) stops within a second: a 300-byte YAML "billion laughs" expands to 10^9 nodes.
 JOB_SPEC_LIMITS = DocumentLimits(max_bytes=1024 * 1024, max_depth=32, max_nodes=10_000)
 MAX_INTEGER_DIGITS = 100  # no field of a spec or a scenario needs more
+MAX_PROBLEM_CHARS = 400  # of one problem in a JobSpecError
 
 
 def load_job_spec(path: str | Path) -> JobSpec:
@@ -575,6 +649,23 @@ def _bounded_loader(source: str, limits: DocumentLimits) -> Any:
         def _refused(self, event: Any, problem: str) -> JobSpecError:
             return JobSpecError(source, [f"line {event.start_mark.line + 1}: {problem}"])
 
+        def construct_yaml_int(self, node: Any) -> Any:
+            self._short_number(node)
+            return super().construct_yaml_int(node)
+
+        def construct_yaml_float(self, node: Any) -> Any:
+            self._short_number(node)
+            return super().construct_yaml_float(node)
+
+        def _short_number(self, node: Any) -> None:
+            # as decode_json's: Python spends quadratic time on a long integer and refuses one past 4,300
+            # digits (a ValueError, or an OverflowError made float); no field takes one anyway
+            if len(str(node.value)) > MAX_INTEGER_DIGITS:
+                line = node.start_mark.line + 1
+                raise JobSpecError(
+                    source, [f"line {line}: a number of {len(str(node.value))} characters: no field takes one"]
+                )
+
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
             for key_node, _ in node.value:
@@ -588,6 +679,8 @@ def _bounded_loader(source: str, limits: DocumentLimits) -> Any:
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+    BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+    BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
     return BoundedLoader
 
 
@@ -666,7 +759,7 @@ def _describe(err: Any) -> str:
     ctx_error = err.get("ctx", {}).get("error")
     if isinstance(ctx_error, SpecFieldError):
         return f"{ctx_error.field}: {ctx_error}"
-    field = ".".join(str(p) for p in loc) or "(top level)"
+    field = ".".join(_shown(p, quoted=False) for p in loc) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])

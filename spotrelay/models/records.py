@@ -31,7 +31,9 @@ class Market(StrEnum):
 class Pool(BaseModel):
     """Where an instance can run: an instance type in an availability zone, bought on a market."""
 
-    model_config = ConfigDict(frozen=True, extra=KEEP_UNKNOWN_FIELDS)
+    # A value compared and hashed (blocked pools, a job's preferred pool): a field a newer version added is
+    # left out when read, so the same pool is equal to itself whichever version wrote it.
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     instance_type: str
     availability_zone: str

@@ -13,6 +13,7 @@ from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME, sha256_of
 from spotrelay.agent.runner import KILLED_EXIT_CODE
 
 from .conftest import JOB_ID, Records, VirtualWorld, job_spec
+from .jobs import ScriptedRunner
 
 WAITING = "waiting for the interrupted previous attempt's final checkpoint"
 POLL = 5.0  # the agent's production poll_seconds
@@ -171,6 +172,29 @@ def test_a_failing_job_reports_job_failed_with_its_exit_code_and_log_tail(vworld
     assert len(tail) == 20
     assert tail[-1] == "line 29 of attempt 1"
     assert "line 9 of attempt 1" not in tail
+
+
+def test_a_job_that_cannot_start_fails_its_task_with_job_failed_instead_of_crashing_the_agent(
+    vworld: VirtualWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a job its instance cannot start (its command holds a NUL: execve refuses it, on every attempt)
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise ValueError("embedded null byte")
+
+    monkeypatch.setattr(ScriptedRunner, "start", refuse)
+    vworld.submit(job_spec("python train.py", Path("/unused")))
+    vworld.add_attempt(1, vworld.open_task("run-1"))
+
+    # When its agent runs
+    result = vworld.finish(vworld.start_agent(1), within=POLL)
+
+    # Then it reports JobFailed on the task token (a restart, bounded by max_restarts), saying why, and ends:
+    # it does not crash for systemd to restart it into the same failure while the instance runs on
+    assert result.outcome is not None
+    assert (result.outcome.kind, result.outcome.token_accepted) == ("failed", True)
+    [failure] = vworld.sent("SendTaskFailure")
+    assert failure["error"] == "JobFailed"
+    assert json.loads(failure["cause"])["error"] == "the job could not start: ValueError: embedded null byte"
 
 
 def test_a_rebalance_recommendation_triggers_one_early_checkpoint(vworld: VirtualWorld, agent_logs: Records) -> None:

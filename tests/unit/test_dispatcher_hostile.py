@@ -130,3 +130,17 @@ def test_an_error_recording_one_message_leaves_it_on_the_queue_and_admits_the_ot
     again = world.dispatch()
     assert (again.accepted, again.admitted, again.errors) == (["first-msg1"], ["first-msg1"], {})
     assert world.queue.messages == []
+
+
+def test_a_reason_holds_no_character_that_would_hide_or_reorder_what_status_prints() -> None:
+    # Given a message whose refusal names a key holding bidirectional overrides, a zero-width space, U+FFFF
+    world = World()
+    key = "\\u202e\\u2066evil\\u200b\\uffff\\ud800"
+    world.queue.send('{"' + key + '": 1, "name": "j", "run": {"command": "x"}, "resources": {"gpus": 1}}')
+    # When the dispatcher reads it
+    report = world.dispatch()
+    # Then the FAILED job's reason says which key, with each of those characters replaced by U+FFFD
+    [job_id] = report.rejected
+    reason = world.job(job_id).failure_reason or ""
+    assert "\ufffd\ufffdevil\ufffd\ufffd" in reason
+    assert not any(c in reason for c in "\u202e\u2066\u200b\uffff")

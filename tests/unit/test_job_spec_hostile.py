@@ -334,3 +334,62 @@ def test_a_job_stored_before_the_image_and_tag_rules_still_reads_back() -> None:
         parse_job_spec(spec)
     problem_about(caught.value, "run.image")
     problem_about(caught.value, "tags.aws:x")
+
+
+# --- text a process and a path can be given -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "says"),
+    [
+        ({"run": {"command": "echo a\x00b"}}, "run.command", "holds the control character '\\x00'"),
+        ({"run": {"command": "echo \x1b[2J"}}, "run.command", "holds the control character '\\x1b'"),
+        ({"run": {"command": "x", "env": {"A": "a\x00b"}}}, "run.env.A", "holds a NUL character"),
+        ({"checkpoint": {"dir": "/ck\x00pt"}}, "checkpoint.dir", "use a plain absolute path"),
+        ({"checkpoint": {"dir": "/"}}, "checkpoint.dir", "use a plain absolute path"),
+        ({"checkpoint": {"dir": "/ckpt/../etc"}}, "checkpoint.dir", "use a plain absolute path"),
+        ({"checkpoint": {"dir": "/etc/hostname/ck"}}, "checkpoint.dir", "/etc is the system's"),
+        ({"checkpoint": {"dir": "/proc/x"}}, "checkpoint.dir", "/proc is the system's"),
+    ],
+)
+def test_what_no_process_or_directory_can_take_is_refused(fields: dict[str, Any], field: str, says: str) -> None:
+    # a job its instance could never start would fail (and burn an instance) on every attempt
+    with pytest.raises(JobSpecError) as raised:
+        parse_job_spec({**MINIMAL_SPEC, **fields})
+    assert f"{field}: " in str(raised.value)
+    assert says in str(raised.value)
+
+
+def test_multi_line_commands_and_a_checkpoint_dir_of_the_jobs_own_are_fine() -> None:
+    spec = parse_job_spec(
+        {**MINIMAL_SPEC, "run": {"command": "set -e\n\tpython train.py\r\n"}, "checkpoint": {"dir": "/mnt/ckpt"}}
+    )
+    assert spec.checkpoint.dir == "/mnt/ckpt"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("limits: {max_interruptions: " + "9" * 5000 + "}", "a number of 5000 characters"),
+        ("limits: {max_interruptions: 0x" + "f" * 5000 + "}", "a number of 5002 characters"),
+        ("work_hours: " + "1:" * 3000 + "1.5", "a number of 6003 characters"),
+    ],
+)
+def test_a_yaml_number_too_long_for_any_field_is_refused_not_a_traceback(text: str, says: str) -> None:
+    with pytest.raises(JobSpecError, match=says):
+        decode_document(text, "job.yaml")
+
+
+@pytest.mark.parametrize("field", ["work_hours", "limits.deadline_hours", "limits.max_wait_hours"])
+def test_hours_no_job_spans_are_refused_before_a_date_overflows(field: str) -> None:
+    # `spotrelay status` adds max_wait_hours to a date: 1e300 hours overflowed it (a traceback)
+    fields: dict[str, Any] = {"work_hours": 1e300} if field == "work_hours" else {"limits": {field[7:]: 1e300}}
+    with pytest.raises(JobSpecError, match=rf"{field}: at most 100,000 hours"):
+        parse_job_spec({**MINIMAL_SPEC, **fields})
+
+
+def test_a_huge_unknown_key_is_named_within_one_bounded_line() -> None:
+    with pytest.raises(JobSpecError) as raised:
+        parse_job_spec({**MINIMAL_SPEC, "k" * 1_000_000: 1})
+    assert len(str(raised.value)) < 1_000
+    assert "unknown key" in str(raised.value)
