@@ -69,13 +69,15 @@ def _duration_hours(value: object) -> float | None:
         return None
     text = value.strip().lower()
     if re.fullmatch(_NUMBER, text):
-        return float(text)
-    match = _DURATION.fullmatch(text)
-    if not text or match is None:
-        return None
-    return sum(
-        float(amount) * hours for amount, hours in zip(match.groups(), _UNIT_HOURS.values(), strict=True) if amount
-    )
+        hours = float(text)
+    else:
+        match = _DURATION.fullmatch(text)
+        if not text or match is None:
+            return None
+        hours = sum(
+            float(amount) * hours for amount, hours in zip(match.groups(), _UNIT_HOURS.values(), strict=True) if amount
+        )
+    return hours if hours < math.inf else None  # ("9" * 400 + "h" is a float overflow, not a duration)
 
 
 def _duration(value: object) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import reprlib
+import stat
 import types
 import typing
 import unicodedata
@@ -118,10 +119,10 @@ SPOTRELAY_INSTANCE_TAGS = 6
 JOB_TAGS_MAX = INSTANCE_TAGS_MAX - SPOTRELAY_INSTANCE_TAGS
 RESERVED_TAG_PREFIXES = ("aws:", "spotrelay:")  # AWS's own, and the tags spotrelay finds its instances by
 # The worker's launch template lets the agent read its instance's tags from IMDS (stacks/worker_construct.py,
-# instance_metadata_tags), and then EC2 refuses to launch an instance with a tag key holding a space or a
-# `/`, or that is `.`, `..` or `_index` (Amazon EC2 User Guide, "View tags for your EC2 instances using
-# instance metadata"): such a key would make every launch of the job fail.
-IMDS_TAG_KEY_FORBIDDEN = (" ", "/")
+# instance_metadata_tags), and then EC2 refuses to launch an instance with a tag key of other characters than
+# a-z A-Z 0-9 + - = . , _ : @ (no space, no /), or that is `.`, `..` or `_index` (Amazon EC2 User Guide, "View
+# tags for your EC2 instances using instance metadata"): such a key would make every launch of the job fail.
+IMDS_TAG_KEY = re.compile(r"[A-Za-z0-9+\-=._:@]+")  # the characters both rules allow in a key
 IMDS_TAG_KEYS_FORBIDDEN = (".", "..", "_index")
 
 
@@ -147,10 +148,10 @@ def tag_problem(key: str, value: str) -> str | None:
         return f"a tag key is 1 to {TAG_KEY_MAX_CHARS} characters (got {len(key)})"
     if len(value) > TAG_VALUE_MAX_CHARS:
         return f"a tag value is at most {TAG_VALUE_MAX_CHARS} characters (got {len(value)})"
-    if key in IMDS_TAG_KEYS_FORBIDDEN or any(c in key for c in IMDS_TAG_KEY_FORBIDDEN):
+    if key in IMDS_TAG_KEYS_FORBIDDEN or not IMDS_TAG_KEY.fullmatch(key):
         return (
-            "a tag key may not hold a space or a /, nor be . .. or _index: the workers read their tags from "
-            "instance metadata, and EC2 launches no instance with such a key then"
+            "a tag key is ASCII letters, digits and + - = . _ : @ (no space, no /), and not . .. or _index: the "
+            "workers read their tags from instance metadata, and EC2 launches no instance with another key then"
         )
     reserved = next((p for p in RESERVED_TAG_PREFIXES if key.lower().startswith(p)), None)
     if reserved is not None:
@@ -523,6 +524,7 @@ class DocumentLimits:
 JOB_SPEC_LIMITS = DocumentLimits(max_bytes=1024 * 1024, max_depth=32, max_nodes=10_000)
 MAX_INTEGER_DIGITS = 100  # no field of a spec or a scenario needs more
 MAX_PROBLEM_CHARS = 400  # of one problem in a JobSpecError
+OCTAL_LOOKING = re.compile(r"[-+]?0[0-7_]+")  # YAML 1.1 octal: 010 is 8 (0o10 and 0x10 say what they are)
 
 
 def load_job_spec(path: str | Path) -> JobSpec:
@@ -535,6 +537,8 @@ def read_document(path: Path, limits: DocumentLimits = JOB_SPEC_LIMITS) -> str:
     """The text of a YAML or JSON file, read no further than `limits.max_bytes`: refused if it is larger, or
     is not UTF-8 text (a binary file)."""
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the open, a device never end
+            raise JobSpecError(str(path), ["not a regular file: give a YAML or JSON file"])
         with path.open("rb") as file:
             data = file.read(limits.max_bytes + 1)
     except OSError as e:
@@ -651,11 +655,25 @@ def _bounded_loader(source: str, limits: DocumentLimits) -> Any:
 
         def construct_yaml_int(self, node: Any) -> Any:
             self._short_number(node)
+            self._plain_number(node)
+            if OCTAL_LOOKING.fullmatch(str(node.value)):
+                raise self._number_refused(node, "YAML 1.1 reads a number with a leading 0 as octal (010 is 8)")
             return super().construct_yaml_int(node)
 
         def construct_yaml_float(self, node: Any) -> Any:
             self._short_number(node)
+            self._plain_number(node)
             return super().construct_yaml_float(node)
+
+        def _plain_number(self, node: Any) -> None:
+            if ":" in str(node.value):  # YAML 1.1's base 60: `work_hours: 1:30` would be 90 hours
+                raise self._number_refused(node, "YAML 1.1 reads 1:30 as a base-60 number (90)")
+
+        def _number_refused(self, node: Any, why: str) -> JobSpecError:
+            line = node.start_mark.line + 1
+            return JobSpecError(
+                source, [f"line {line}: {node.value} is ambiguous: {why}; write the number plainly (1.5, 10)"]
+            )
 
         def _short_number(self, node: Any) -> None:
             # as decode_json's: Python spends quadratic time on a long integer and refuses one past 4,300
