@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import fcntl
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,10 +77,38 @@ class DurationRecorder:
         self.path.write_text(json.dumps(slow, indent=1) + "\n")
 
 
+class WorkerBalance:
+    """Under xdist, on the controller: when each worker reported its last test, from the session's start,
+    and how long its tests took, printed at the end (`make unit` keeps the two within a minute). A report,
+    never an assertion: it reads the wall clock only to say how the run went."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.last: dict[str, float] = {}
+        self.busy: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        worker = getattr(report, "worker_id", None) or getattr(getattr(report, "node", None), "gateway", None)
+        name = worker if isinstance(worker, str) else getattr(worker, "id", None)
+        if name is None:
+            return
+        self.last[name] = time.monotonic() - self.started
+        self.busy[name] = self.busy.get(name, 0.0) + report.duration
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if len(self.last) < 2:
+            return
+        parts = [f"{w} done at {self.last[w]:.0f} s ({self.busy[w]:.0f} s of tests)" for w in sorted(self.last)]
+        spread = max(self.last.values()) - min(self.last.values())
+        terminalreporter.write_line(f"workers: {'; '.join(parts)}; the last finished {spread:.0f} s after the first")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--record-durations")
     if path and not hasattr(config, "workerinput"):  # on the controller (or without xdist): it sees every report
         config.pluginmanager.register(DurationRecorder(Path(path)), "spotrelay-duration-recorder")
+    if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(WorkerBalance(), "spotrelay-worker-balance")
 
 
 @pytest.fixture
