@@ -73,6 +73,14 @@ bench-place: $(STAMP)
 bench-replay: $(STAMP) node_modules $(TEMPLATE)
 	$(BIN)/python -m spotrelay.local.bench_replay
 
+## chaos: fault injection (spotrelay/local/chaos.py), seeds CHAOS_SEEDS x CHAOS_SCENARIOS, two replays at a time;
+## fails on any broken invariant and lists each failing seed's `spotrelay replay ... --chaos SEED`
+CHAOS_SEEDS ?= 1-200
+CHAOS_SCENARIOS ?= events/scenarios/happy-path.yaml events/scenarios/duplicate-reordered.yaml
+.PHONY: chaos
+chaos: $(STAMP) node_modules $(TEMPLATE)
+	$(BIN)/python -m spotrelay.local.chaos --seeds $(CHAOS_SEEDS) --processes 2 $(CHAOS_SCENARIOS)
+
 ## bench-agent: time from a spot notice to the committed checkpoint of a 1 GiB checkpoint dir (moto server)
 bench-agent: $(STAMP)
 	$(BIN)/python -m spotrelay.agent.bench

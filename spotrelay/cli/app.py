@@ -423,6 +423,17 @@ def replay_command(
     scenario: Annotated[Path, typer.Argument(metavar="SCENARIO.yaml", help="a replay scenario (events/scenarios/)")],
     as_json: Annotated[bool, typer.Option("--json", help="print the jobs and the expectations as JSON")] = False,
     seed: Annotated[int | None, typer.Option("--seed", help="default: the scenario's seed")] = None,
+    chaos: Annotated[
+        int | None,
+        typer.Option(
+            "--chaos",
+            metavar="SEED",
+            min=0,
+            help="inject faults at random, the same for the same SEED: EventBridge deliveries duplicated, "
+            "delayed or dropped, Lambda invocations failing (retried as AWS does), spot launches refused, "
+            "interruption warnings at any phase; then only a broken invariant fails the replay",
+        ),
+    ] = None,
 ) -> None:
     """Replay a scenario: the synthesized stack deployed into moto, the scenario's market behind EC2,
     its jobs and recorded events on a virtual clock, simulated workers checkpointing into moto S3.
@@ -432,6 +443,9 @@ def replay_command(
     relaunched on, finished) and a cost report per job; exits 1 if one of
     the scenario's expectations fails or an invariant is broken (no job
     lost, no instance left running, no older checkpoint resumed, ...).
+    With --chaos SEED it also lists what it injected (spotrelay/local/chaos.py),
+    and exits 1 only if an invariant is broken: under chaos an expectation
+    (a cost, a number of attempts) may fail and the replay still pass.
     """
     try:
         from spotrelay.local.deploy import DeployError
@@ -441,7 +455,7 @@ def replay_command(
     except ImportError as e:
         fail(f"the replay needs moto: pip install 'spotrelay[local,aws]' ({e})")
     try:
-        result = replay(load_scenario(scenario), seed=seed)
+        result = replay(load_scenario(scenario), seed=seed, chaos=chaos)
     except (ScenarioError, MarketSpecError, DeployError) as e:
         fail(str(e))
     except UnicodeDecodeError as e:  # a price or trace file the market reads (the scenario's own files say which)

@@ -7,7 +7,8 @@ at the clock's now, so that the handlers' EC2 code path is the same as on AWS.
 - RunInstances, for a spot launch (`InstanceMarketOptions.MarketType=spot`):
   a pool the market does not offer (no price) -> `Unsupported` (HTTP 400);
   no capacity at now -> `InsufficientInstanceCapacity` (HTTP 500, as EC2 answers it);
-  spot price above `SpotOptions.MaxPrice` -> `SpotMaxPriceTooLow` (HTTP 400).
+  spot price above `SpotOptions.MaxPrice` -> `SpotMaxPriceTooLow` (HTTP 400);
+  otherwise what `refusal_faults` answers, if set (spotrelay.local.chaos: refusals at random).
   On-demand launches always succeed (the market models spot capacity only).
 - CreateFleet of Type `instant` launches the target capacity from the request's launch template
   overrides as EC2 documents it (see `CREATE_FLEET_DOCS`), each override being a pool (its instance
@@ -320,6 +321,8 @@ class Ec2Market:
         self._by_token: dict[tuple[str, str, str], tuple[Any, tuple[Any, ...]]] = {}
         self._fleets_by_token: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {}
         self.terminate_listeners: list[Callable[[Sequence[str]], None]] = []  # told of every TerminateInstances
+        # spotrelay.local.chaos: asked about a spot launch the market itself would let through (None: let it)
+        self.refusal_faults: Callable[[Pool], Ec2Error | None] | None = None
 
     def terminated(self, instance_ids: Sequence[str]) -> None:
         """TerminateInstances went through for these instances (whoever called it)."""
@@ -411,7 +414,7 @@ class Ec2Market:
                 f"fulfillment price of {price:g}.",
                 400,
             )
-        return None
+        return self.refusal_faults(pool) if self.refusal_faults is not None else None
 
     def run_instances(self, response: Any, original: Callable[[Any], Any]) -> Any:
         """The patched `InstanceResponse.run_instances`: refuse as the market says, honour ClientToken,

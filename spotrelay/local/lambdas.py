@@ -19,6 +19,9 @@ process's environment, which is never changed by an invocation. It used to be se
 shared `os.environ`, and botocore making a client on another thread meanwhile raised KeyError.
 Writes a handler makes to `os.environ` stay in its invocation's view and are gone after it.
 
+A fault hook (`InProcessLambdas.faults`, spotrelay.local.chaos) may fail an invocation before its
+handler runs or after it returned (its work done), with the error type it names, as Lambda itself fails one.
+
 Invocations are still serialized by one re-entrant lock (the module cache, the request ids and the
 list of invocations are shared, and handlers were written to run one at a time); a handler may invoke
 another function (finalize wakes the dispatcher), which runs nested, in the same thread, with its
@@ -116,6 +119,24 @@ class Invocation:
     result: Any = field(default=None, repr=False)  # what the handler returned (None if it raised)
 
 
+@dataclass(frozen=True)
+class InvocationFault:
+    """An invocation failed from outside its handler: before the handler runs, or after it returned."""
+
+    error_type: str  # the error envelope's errorType (what a Step Functions Retry matches)
+    after_handler: bool
+
+
+class InvocationFaults(Protocol):
+    """Decides, as an invocation starts, whether it fails around its handler (None: it does not)."""
+
+    def fault_for(self, function_name: str) -> InvocationFault | None: ...
+
+
+class InjectedFault(RuntimeError):
+    """An invocation failed by `InProcessLambdas.faults`, not by its handler."""
+
+
 class HandlerNotFound(RuntimeError):
     """The function's Handler does not name a Python file under the code root."""
 
@@ -160,6 +181,7 @@ class InProcessLambdas:
         self._modules: dict[str, ModuleType] = {}
         self._count = 0
         self.invocations: list[Invocation] = []
+        self.faults: InvocationFaults | None = None  # spotrelay.local.chaos: invocations failed on purpose
         function_environment.install()  # os.environ shows a function's variables on its handler's thread only
 
     # --- modules -----------------------------------------------------------------------------------
@@ -253,6 +275,10 @@ class InProcessLambdas:
                 log_stream_name=f"local/{request_id}",
                 timeout_seconds=int(function.timeout),
             )
+            fault = self.faults.fault_for(function.function_name) if self.faults is not None else None
+            if fault is not None and not fault.after_handler:
+                crash = InjectedFault(f"injected: {function.function_name} failed before its handler ran")
+                return self._failed(record, crash, fault.error_type)
             try:
                 with self._environment(self.environment(function)):
                     result = handler(event, context)
@@ -260,7 +286,10 @@ class InProcessLambdas:
                 return self._failed(record, e)
             finally:
                 _end_metric_set()
-            record.result = result
+            record.result = result  # kept when a fault fails it now: the handler's work is done
+            if fault is not None:
+                crash = InjectedFault(f"injected: {function.function_name} failed after its handler returned")
+                return self._failed(record, crash, fault.error_type)
             return json.dumps(result, default=str), False, ""
 
     @staticmethod

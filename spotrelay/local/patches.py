@@ -11,7 +11,9 @@ Lambda and EventBridge
 - `Rule.send_to_targets`: Lambda targets are invoked (as an asynchronous invocation, with the event in
   AWS's shape: ISO `time`, `account`), Step Functions targets start an execution; other targets keep
   moto's behaviour. Rules that are disabled, or have a schedule and no pattern, match no event (stock
-  moto lets a rule without a pattern match every event).
+  moto lets a rule without a pattern match every event). A delivery hook (`Installed.delivery_faults`,
+  spotrelay.local.chaos) may make a Lambda target's delivery twice, later or never; it patches nothing
+  more of moto (its deliveries go through the same `LambdaFunction.invoke`).
 
 The virtual clock (all under moto/stepfunctions/parser/asl/, see `spotrelay.local.clock`)
 - `ExecutionWorker.start`: an execution becomes a process of the clock (queued when started, holds
@@ -81,11 +83,11 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import moto
 from moto.awslambda.models import LambdaFunction
@@ -428,6 +430,14 @@ class _Patcher:
             self._undo.pop()()
 
 
+class DeliveryFaults(Protocol):
+    """What happens to an EventBridge delivery to a Lambda target instead of its being made once, now
+    (spotrelay.local.chaos). `send()` makes it (and records it in `deliveries`) and returns the function
+    error, if any; the hook may call it now, later on the clock, more than once, or never."""
+
+    def deliver(self, rule: str, target_arn: str, event: Mapping[str, Any], send: Callable[[], str | None]) -> None: ...
+
+
 @dataclass
 class Installed:
     """The patches in force; `uninstall()` restores moto."""
@@ -437,6 +447,7 @@ class Installed:
     market: Ec2Market | None
     deliveries: list[Delivery]
     _patcher: _Patcher
+    delivery_faults: DeliveryFaults | None = None  # Lambda targets' deliveries go through it when set
 
     def uninstall(self) -> None:
         global _installed
@@ -578,27 +589,37 @@ def _patch_events(patcher: _Patcher, deliveries: list[Delivery]) -> None:
 def _deliver(
     rule: Rule, message: dict[str, Any], deliveries: list[Delivery], transform_input: bool = True
 ) -> list[dict[str, Any]]:
-    """Deliver to the rule's Lambda and Step Functions targets; returns the other targets."""
+    """Deliver to the rule's Lambda and Step Functions targets (a Lambda target's through the delivery
+    hook, if one is installed); returns the other targets."""
     others = []
     event = aws_event(message)
+    faults = _installed.delivery_faults if _installed is not None else None
     for target in rule.targets:
         arn = str(target["Arn"])
         service = arn.split(":")[2] if arn.count(":") >= 5 else ""
         if service not in ("lambda", "states"):
             others.append(target)
             continue
-        error = None
-        try:
-            payload = _target_input(target, event) if transform_input else event
-            if service == "lambda":
-                error = _deliver_to_lambda(arn, payload)
-            else:
-                _deliver_to_state_machine(arn, payload)
-        except Exception as e:  # EventBridge keeps going: one target's failure is not the others'
-            error = f"{type(e).__name__}: {e}"
-        if error is not None:
-            logger.warning("EventBridge delivery failed", extra={"rule": rule.name, "target": arn, "error": error})
-        deliveries.append(Delivery(rule=rule.name, target_arn=arn, event_id=str(event["id"]), error=error))
+
+        def send(target: dict[str, Any] = target, arn: str = arn, service: str = service) -> str | None:
+            error = None
+            try:
+                payload = _target_input(target, event) if transform_input else event
+                if service == "lambda":
+                    error = _deliver_to_lambda(arn, payload)
+                else:
+                    _deliver_to_state_machine(arn, payload)
+            except Exception as e:  # EventBridge keeps going: one target's failure is not the others'
+                error = f"{type(e).__name__}: {e}"
+            if error is not None:
+                logger.warning("EventBridge delivery failed", extra={"rule": rule.name, "target": arn, "error": error})
+            deliveries.append(Delivery(rule=rule.name, target_arn=arn, event_id=str(event["id"]), error=error))
+            return error
+
+        if service == "lambda" and faults is not None:
+            faults.deliver(rule.name, arn, event, send)
+        else:
+            send()
     return others
 
 

@@ -21,7 +21,11 @@ What the replay does (and AWS would):
   `detail.instance-id` and instance ARN replaced); an injected warning, rebalance or termination acts
   on the simulated worker as it would on a real instance;
 - checks the invariants of every replay (spotrelay.local.invariants) after each step and at the end: a
-  violation fails the replay, as a failed expectation does.
+  violation fails the replay, as a failed expectation does;
+- under a chaos seed (`replay(..., chaos=SEED)`, spotrelay.local.chaos), injects faults at random,
+  reproducibly: EventBridge deliveries duplicated, delayed or dropped, Lambda invocations failed (and
+  retried as Lambda and the state machine do), spot launches refused, interruption warnings at any phase
+  of an instance. Only the invariants decide whether such a replay passed.
 
 Everything runs on one VirtualClock: the driver (this module) moves time from one wake-up to the next
 (its own agenda, and the executions' Wait states, Retry intervals and task-token timeouts). For a
@@ -63,6 +67,9 @@ from spotrelay.config import (
 from spotrelay.control.dispatcher import job_id_for
 from spotrelay.control.lifecycle import on_demand_cost
 from spotrelay.control.ports import NotFoundError
+from spotrelay.local import patches
+from spotrelay.local.chaos import Chaos, ChaosKind, ChaosReport
+from spotrelay.local.chaos import summary as chaos_summary
 from spotrelay.local.clock import DEFAULT_STALL_SECONDS, VirtualClock
 from spotrelay.local.deploy import LocalStack
 from spotrelay.local.ec2_market import Launch
@@ -81,7 +88,7 @@ from spotrelay.local.scenario import (
 )
 from spotrelay.local.workers import AgentLogbook, InstanceWorker
 from spotrelay.market import from_scenario_market
-from spotrelay.models import Attempt, Job, JobState
+from spotrelay.models import Attempt, Job, JobState, Market
 
 RECORDED_DIR = REPO_ROOT / "events" / "recorded"
 ALARM_PERIOD = timedelta(minutes=1)
@@ -203,10 +210,14 @@ class ReplayResult:
     checkpoints: int = 0
     invariant_checks: int = 0  # spotrelay.local.invariants: after each step where something happened, at the end
     violations: list[Violation] = field(default_factory=list)
+    chaos: ChaosReport | None = None  # what a chaos seed injected (spotrelay.local.chaos)
 
     @property
     def passed(self) -> bool:
-        return all(e.passed for e in self.expectations) and not self.violations
+        """No invariant broken, and (without chaos, which may legitimately break them) every expectation met."""
+        if self.violations:
+            return False
+        return self.chaos is not None or all(e.passed for e in self.expectations)
 
     @property
     def simulated_hours(self) -> float:
@@ -218,6 +229,7 @@ class ReplayResult:
             "jobs": [j.to_json() for j in self.jobs],
             "expectations": {"passed": passed, "failed": len(self.expectations) - passed},
             "invariants": report_json(self.invariant_checks, self.violations),
+            **({"chaos": self.chaos.to_json()} if self.chaos is not None else {}),
         }
 
 
@@ -259,9 +271,12 @@ _OFFLINE: dict[str, str | None] = {
 class Replay:
     """One replay of one scenario (use `replay()`)."""
 
-    def __init__(self, scenario: Scenario, *, seed: int | None = None, template: Path | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, *, seed: int | None = None, template: Path | None = None, chaos: int | None = None
+    ) -> None:
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
+        self.chaos = Chaos(chaos) if chaos is not None else None
         self.template = template
         self.market = from_scenario_market(scenario.market, scenario.base_dir, scenario.start)
         self.clock = VirtualClock(scenario.start, stall_seconds=STALL_SECONDS)
@@ -509,6 +524,25 @@ class Replay:
             launch.at,
         )
         worker.start()
+        if self.chaos is not None and launch.pool.market is Market.SPOT:
+            remaining_hours = max(0.0, worker.work_hours - job.work_done_hours)
+            planned = self.chaos.interruption(
+                launch.at,
+                run_seconds=remaining_hours / worker.speed * 3600,
+                checkpoint_seconds=spec.checkpoint.interval_minutes * 60,
+            )
+            if planned is not None:
+                at, phase = planned
+                self.schedule(at, f"{launch.instance_id} chaos notice", lambda: self._chaos_notice(worker, phase))
+
+    def _chaos_notice(self, worker: InstanceWorker, phase: str) -> None:
+        """A chaos interruption: the warning on EventBridge and in IMDS, as the market gives one."""
+        if worker.state == "gone" or worker.notice_at is not None or self.chaos is None:
+            return
+        what = f"spot interruption warning while {phase} ({worker.job_name} attempt {worker.attempt})"
+        self.chaos.record(ChaosKind.INTERRUPTION, worker.instance_id, what)
+        self.emit("warning", worker.instance_id)
+        worker.notice("chaos")
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -597,12 +631,26 @@ class Replay:
             # The deploy draws more or fewer random ids the first time in a process (moto's lazily built
             # backends): seed again, so that job ids and instance ids depend on the scenario and seed only.
             mock_random.seed(self.seed)
+            self._attach_chaos()
             self._load_agenda(events)
             self._loop()
             self.clock.wait_quiescent()
             self._check_invariants(final=True)
             result = self._report(time.perf_counter() - started)
         return result
+
+    def _attach_chaos(self) -> None:
+        """From now on (the stack deployed and configured), the chaos seed's faults, through the hooks."""
+        chaos = self.chaos
+        if chaos is None:
+            return
+        installed = patches.installed()
+        assert installed is not None
+        assert self.runtime.market is not None
+        chaos.attach(self, self.stack.functions)
+        installed.delivery_faults = chaos
+        self.runtime.lambdas.faults = chaos
+        self.runtime.market.refusal_faults = chaos.refuse_launch
 
     def _load_agenda(self, events: Sequence[Injection]) -> None:
         pending = submissions(self.scenario)
@@ -676,6 +724,7 @@ class Replay:
             checkpoints=sum(w.checkpoints for w in self.workers.values()),
             invariant_checks=self.invariants.checked,
             violations=list(self.invariants.violations),
+            chaos=self.chaos.report() if self.chaos is not None else None,
         )
         result.expectations = [check(e, result, self._attempt_spans()) for e in self.scenario.expect]
         return result
@@ -737,9 +786,12 @@ class Replay:
         )
 
 
-def replay(scenario: Scenario, *, seed: int | None = None, template: Path | None = None) -> ReplayResult:
-    """Run `scenario` (deterministic for a scenario and seed; default: the scenario's seed)."""
-    return Replay(scenario, seed=seed, template=template).run()
+def replay(
+    scenario: Scenario, *, seed: int | None = None, template: Path | None = None, chaos: int | None = None
+) -> ReplayResult:
+    """Run `scenario` (deterministic for a scenario, a seed and a chaos seed; default: the scenario's seed,
+    no chaos)."""
+    return Replay(scenario, seed=seed, template=template, chaos=chaos).run()
 
 
 # ------------------------------------------------------------------------------------- expectations
@@ -872,8 +924,9 @@ def _offset(start: datetime, when: datetime) -> str:
 
 def render_text(result: ReplayResult, *, timeline_limit: int = 400) -> str:
     scenario = result.scenario
+    chaos = f", chaos seed {result.chaos.seed}" if result.chaos is not None else ""
     lines = [
-        f"scenario {scenario.name} (seed {result.seed}), start {iso(scenario.start)}, "
+        f"scenario {scenario.name} (seed {result.seed}{chaos}), start {iso(scenario.start)}, "
         f"{result.simulated_hours:.2f} simulated hours in {result.wall_seconds:.1f} s",
         "",
         "timeline",
@@ -923,11 +976,13 @@ def render_text(result: ReplayResult, *, timeline_limit: int = 400) -> str:
             f"{total_od - total_cost:>8.2f} {share:>5}  {total_lost:>6.2f}"
         )
     lines.append("  (USD; on-demand: the same instance hours at on-demand prices; lost: reference-GPU hours redone)")
-    lines += ["", "expectations"]
+    lines += ["", "expectations" + (" (not binding under chaos: only the invariants are)" if chaos else "")]
     for e in result.expectations:
         lines.append(f"  {'PASS' if e.passed else 'FAIL'}  {e.detail}")
     passed = sum(1 for e in result.expectations if e.passed)
     lines.append(f"  {passed} passed, {len(result.expectations) - passed} failed")
+    if result.chaos is not None:
+        lines += ["", *chaos_summary(result.chaos)]
     lines += ["", *summary(result.invariant_checks, result.violations)]
     return "\n".join(lines)
 
