@@ -15,7 +15,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from spotrelay.aws.clock import SystemClock
 from spotrelay.aws.compute import Ec2Compute
@@ -40,6 +40,7 @@ context_ = PlacementContext(subnets=settings.subnets, allowed_families=settings.
 class LaunchPayload(BaseModel):
     job_id: str
     task_token: str
+    heartbeat_seconds: int | None = Field(default=None, ge=1)  # the Run task's heartbeat timeout
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -50,7 +51,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(job_id=payload.job_id)
     try:
         launched = launch_step(
-            payload.job_id, payload.task_token, store=store, compute=compute, clock=clock, context=context_
+            payload.job_id,
+            payload.task_token,
+            store=store,
+            compute=compute,
+            clock=clock,
+            context=context_,
+            heartbeat_timeout_seconds=payload.heartbeat_seconds,
         )
     except InsufficientInstanceCapacity as e:
         metrics.add_metric(name="LaunchRefusals", unit=MetricUnit.Count, value=1)

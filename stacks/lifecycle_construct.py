@@ -199,7 +199,12 @@ class JobLifecycle(Construct):
             lambda_function=launch,
             integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
             payload=sfn.TaskInput.from_object(
-                {"job_id": sfn.JsonPath.string_at("$.job_id"), "task_token": sfn.JsonPath.task_token}
+                {
+                    "job_id": sfn.JsonPath.string_at("$.job_id"),
+                    "task_token": sfn.JsonPath.task_token,
+                    # recorded with the attempt: the agent paces its heartbeats by it
+                    "heartbeat_seconds": sfn.JsonPath.number_at("$.heartbeat_seconds"),
+                }
             ),
             heartbeat_timeout=sfn.Timeout.at("$.heartbeat_seconds"),
             # Explicit, not the service's default: the States Language's is 60 s (moto applies it, so every

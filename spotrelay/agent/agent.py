@@ -1,7 +1,7 @@
 """The worker agent: one job attempt on one instance, from restore to the report on the task token.
 
     state file says reported?  -> nothing to do
-    attempt record (task token) -> heartbeats start (a thread: every `heartbeat_seconds`)
+    attempt record (task token) -> heartbeats start (a thread: a quarter of the Run task's heartbeat timeout)
       (a standby attempt waits up to standby_wait_seconds for its token; closed first -> stale, no job)
     job not started yet:
         previous attempt interrupted and its final checkpoint not committed? -> wait (bounded)
@@ -168,12 +168,32 @@ class _DeferredHandover:
     changed_at: float | None = None  # when the dir was last seen changing since the request
 
 
+# Heartbeats within one Run task heartbeat timeout: three can fail in a row (a throttled or unreachable
+# Step Functions endpoint) before the silence counts as the worker's death
+HEARTBEATS_PER_TIMEOUT = 4
+HEARTBEAT_SECONDS_UNKNOWN_TIMEOUT = 60.0  # an attempt record from a Launch that did not record the timeout
+
+
+def heartbeat_interval(configured: float | None, timeout_seconds: int | None) -> float:
+    """Seconds between heartbeats: as configured, else a quarter of the Run task's heartbeat timeout."""
+    if configured is not None:
+        return configured
+    if timeout_seconds is None:
+        return HEARTBEAT_SECONDS_UNKNOWN_TIMEOUT
+    return timeout_seconds / HEARTBEATS_PER_TIMEOUT
+
+
 class AgentSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     state_dir: Path = DEFAULT_STATE_DIR
     poll_seconds: float = Field(default=5.0, gt=0)
-    heartbeat_seconds: float = Field(default=60.0, gt=0)
+    heartbeat_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="how often the task token is heartbeaten; None: paced by the Run task's heartbeat timeout "
+        "that Launch records with the attempt (HEARTBEATS_PER_TIMEOUT beats within it)",
+    )
     handover_scan_seconds: float = Field(
         default=10.0, gt=0, description="how often the checkpoint dir is scanned for a save (deferred handover)"
     )
@@ -303,6 +323,7 @@ class Agent:
         self.state = AgentState(job_id=job_id, attempt=attempt)
         self._state_lock = threading.Lock()  # held for a copy and a file write only, never across a wait
         self._stop = clock.event()
+        self._heartbeat_every = HEARTBEAT_SECONDS_UNKNOWN_TIMEOUT
         self._heartbeat_stop = clock.event()
         self._heartbeats: ClockThread | None = None
         self._in_flight: Future[CheckpointResult] | None = None
@@ -365,6 +386,7 @@ class Agent:
                 return AgentResult(outcome=outcome)
         token = record.task_token
         assert token is not None  # a record without one comes back only closed: stale above
+        self._heartbeat_every = heartbeat_interval(self.settings.heartbeat_seconds, record.heartbeat_timeout_seconds)
         self._start_heartbeats(token)
         try:
             return self._run(token)
@@ -938,7 +960,7 @@ class Agent:
             if not open_token:
                 self.log.info("the task token is closed: no more heartbeats")
                 return
-            if self._heartbeat_stop.wait(self.settings.heartbeat_seconds):
+            if self._heartbeat_stop.wait(self._heartbeat_every):
                 return
 
     # --- state --------------------------------------------------------------------------------------

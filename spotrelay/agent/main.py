@@ -52,7 +52,7 @@ class AgentOptions(BaseModel):
     imds_endpoint: str = DEFAULT_ENDPOINT
     region: str | None = None
     poll_seconds: float = 5.0
-    heartbeat_seconds: float = 60.0
+    heartbeat_seconds: float | None = None  # None: paced by the Run task's heartbeat timeout (the attempt record)
     migrate_poll_seconds: float = 60.0
     standby_wait_seconds: float = STANDBY_WAIT_SECONDS
     state_dir: Path = DEFAULT_STATE_DIR

@@ -325,10 +325,12 @@ def launch_step(
     compute: Compute,
     clock: Clock,
     context: PlacementContext,
+    heartbeat_timeout_seconds: int | None = None,
 ) -> dict[str, Any]:
     """Start an instance in the first ranked pool that has capacity; record the attempt with the
-    Run task's token. Raises InsufficientInstanceCapacity when every pool refuses, and JobCancelled
-    when the job is cancelled or has ended, before the launch or while it ran (`_handed_over`)."""
+    Run task's token (and its heartbeat timeout, which the agent paces its heartbeats by). Raises
+    InsufficientInstanceCapacity when every pool refuses, and JobCancelled when the job is cancelled or
+    has ended, before the launch or while it ran (`_handed_over`)."""
     now = clock.now()
     job, _ = store.get_job(job_id)
     if job.cancel_requested or job.state.is_terminal:
@@ -341,7 +343,7 @@ def launch_step(
     standby = next((a for a in attempts if a.is_standby and a.handover_from == job.attempts), None)
     if standby is not None:
         restored = pointer.work_done_hours if pointer is not None else None
-        adopted = _adopt(store, standby, task_token, restored, now)
+        adopted = _adopt(store, standby, task_token, heartbeat_timeout_seconds, restored, now)
         if adopted is not None:
             return _handed_over(store, compute, clock, adopted, pointer, now)
     # A new Run task means every earlier one is over: an attempt still open belongs to a Run that
@@ -377,6 +379,7 @@ def launch_step(
             instance_id=instance_id,
             started_at=now,
             task_token=task_token,
+            heartbeat_timeout_seconds=heartbeat_timeout_seconds,
             relative_speed=planned.relative_speed,
             work_done_hours_at_start=pointer.work_done_hours if pointer is not None else job.work_done_hours,
         )
@@ -469,7 +472,12 @@ def launch_in_pool(
 
 
 def _adopt(
-    store: JobStore, standby: Attempt, task_token: str, restored_work: float | None, now: datetime
+    store: JobStore,
+    standby: Attempt,
+    task_token: str,
+    heartbeat_timeout_seconds: int | None,
+    restored_work: float | None,
+    now: datetime,
 ) -> Attempt | None:
     """Give the standby launched ahead of a handover this Run task: its agent, waiting for a token,
     restores the checkpoint the previous attempt committed when it handed the job back. A standby that
@@ -480,7 +488,7 @@ def _adopt(
     def change(fresh: Attempt) -> Attempt | None:
         if not fresh.is_standby:
             return None
-        update: dict[str, Any] = {"task_token": task_token}
+        update: dict[str, Any] = {"task_token": task_token, "heartbeat_timeout_seconds": heartbeat_timeout_seconds}
         if restored_work is not None:
             update["work_done_hours_at_start"] = restored_work
         if fresh.running_at is not None:

@@ -85,7 +85,15 @@ def reconcile(
     # The states of this run's one listing (every managed instance not terminated), read again only for an
     # instance it did not list: one DescribeInstances per run, not one per live attempt (see `_state`)
     listed = {instance.instance_id: instance.state for instance in managed}
+    # The active jobs and their attempts, read once for both passes. An instance a live attempt of an active
+    # job names is not an orphan: only the others are looked up (their ref, attempt and job), so a run over
+    # healthy jobs costs two reads per job, not three more per instance.
+    active = store.active_jobs()
+    attempts_of = {job.job_id: store.attempts(job.job_id) for job in active}
+    tracked = {a.instance_id for attempts in attempts_of.values() for a in attempts if a.outcome is None}
     for instance in managed:
+        if instance.instance_id in tracked:
+            continue
         ref = store.get_instance_ref(instance.instance_id)
         if ref is None:
             if instance.launched_at is None or (now - instance.launched_at).total_seconds() > ORPHAN_GRACE_SECONDS:
@@ -107,7 +115,7 @@ def reconcile(
     repaired: list[str] = []
     restarted: list[str] = []
     moves = _Moves()
-    for job in store.active_jobs():
+    for job in active:
         status = workflow.status(job.job_id)
         if status is None:
             workflow.start(job.job_id, {"job_id": job.job_id, "heartbeat_seconds": heartbeat_seconds})
@@ -117,7 +125,7 @@ def reconcile(
             _repair(store, compute, job.job_id, status, now)
             repaired.append(job.job_id)
             continue
-        attempts = store.attempts(job.job_id)
+        attempts = attempts_of[job.job_id]
         try:
             _drop_stray_standbys(job, attempts, store, compute, now, moves)
         except Exception as e:  # as below: one job's trouble must not stop the safety net for the others

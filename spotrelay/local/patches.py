@@ -111,6 +111,8 @@ from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp 
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
 from moto.stepfunctions.parser.asl.eval.callback import callback
+from moto.stepfunctions.parser.asl.parse import asl_parser
+from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from spotrelay.local import cfn_models
@@ -289,6 +291,13 @@ EXPECTED: tuple[Expected, ...] = (
         ("super()._serialize_type_structure(serialized, value, shape, key)",),
     ),
     Expected(moto_responses, "method_names_from_class", "(clazz: 'object') -> 'list[str]'"),
+    Expected(  # parsed once per definition; each execution still gets its own program from the tree
+        asl_parser.AmazonStateLanguageParser,
+        "parse",
+        "(definition: str) -> tuple[moto.stepfunctions.parser.asl.component.eval_component.EvalComponent, "
+        "antlr4.ParserRuleContext.ParserRuleContext]",
+        ("tree = parser.state_machine()", "preprocessor = Preprocessor()", "program = preprocessor.visit(tree)"),
+    ),
     Expected(InstanceResponse, "run_instances", "(self) -> moto.core.responses.ActionResult"),
     Expected(  # the market tells the replay's instances when the control plane terminates them
         InstanceResponse,
@@ -946,6 +955,9 @@ def _attribute_value_json(serializer: BaseJSONSerializer, value: Any) -> dict[st
     return out
 
 
+_ASL_TREES: dict[str, Any] = {}  # state machine definition -> its parse tree, for every replay of the process
+
+
 def _patch_speed(patcher: _Patcher) -> None:
     original_structure: Callable[..., None] = patcher.original(BaseJSONSerializer, "_serialize_type_structure")
 
@@ -970,6 +982,22 @@ def _patch_speed(patcher: _Patcher) -> None:
         return list(known)
 
     patcher.replace(moto_responses, "method_names_from_class", method_names_from_class)
+
+    # Step Functions parses a state machine's definition (ANTLR: about 60 ms for ours) at every
+    # execution's start; the parse tree depends only on the text, and each execution's program (the
+    # evaluation components, which hold state) is still built afresh from it, as moto does
+    original_parse: Callable[[str], tuple[Any, Any]] = patcher.original(asl_parser.AmazonStateLanguageParser, "parse")
+    trees = _ASL_TREES
+
+    def parse(definition: str) -> tuple[Any, Any]:
+        tree = trees.get(definition)
+        if tree is None:
+            program, tree = original_parse(definition)  # raises on a definition with syntax errors
+            trees[definition] = tree
+            return program, tree
+        return Preprocessor().visit(tree), tree
+
+    patcher.replace(asl_parser.AmazonStateLanguageParser, "parse", staticmethod(parse))
 
 
 # --- EC2 -----------------------------------------------------------------------------------------------
@@ -1002,16 +1030,33 @@ def _patch_ec2(patcher: _Patcher, market: Ec2Market) -> None:
 
     patcher.replace(SpotInstances, "describe_spot_price_history", describe_spot_price_history)
 
-    types: dict[str, Any] = dict(moto_instance_types.INSTANCE_TYPES)
-    offerings: dict[str, Any] = copy.deepcopy(moto_instance_types.INSTANCE_TYPE_OFFERINGS)
-    for name in missing_instance_types(types):
-        types[name] = instance_type_entry(name, types)
-        for location_type, by_region in sibling_offerings(name, moto_instance_types.INSTANCE_TYPE_OFFERINGS).items():
-            for region, rows in by_region.items():
-                offerings.setdefault(location_type, {}).setdefault(region, []).extend(rows)
+    types, offerings = _catalog_tables()
     added = [name for name in types if name not in moto_instance_types.INSTANCE_TYPES]
     patcher.replace_contents(moto_instance_types.INSTANCE_TYPES, types)
     patcher.replace_contents(moto_instance_types.INSTANCE_TYPE_OFFERINGS, offerings)
     backend = moto_instance_types.InstanceTypeBackend
     described = [*backend.instance_types, *(moto_instance_types.InstanceType(name) for name in added)]
     patcher.replace(backend, "instance_types", described)
+
+
+_CATALOG_TABLES: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+
+def _catalog_tables() -> tuple[dict[str, Any], dict[str, Any]]:
+    """moto's instance types and offerings with the catalog's missing GPU types added, built once per
+    process from moto's own tables (`install` puts those back at uninstall). Only the containers the
+    added rows go into are new; moto's rows are shared and never changed (a deep copy of all of its
+    offerings took about a second of every replay)."""
+    global _CATALOG_TABLES
+    if _CATALOG_TABLES is None:
+        original = moto_instance_types.INSTANCE_TYPE_OFFERINGS
+        types: dict[str, Any] = dict(moto_instance_types.INSTANCE_TYPES)
+        offerings: dict[str, Any] = {kind: dict(by_region) for kind, by_region in original.items()}
+        for name in missing_instance_types(types):
+            types[name] = instance_type_entry(name, types)
+            for location_type, by_region in sibling_offerings(name, original).items():
+                regions = offerings.setdefault(location_type, {})
+                for region, rows in by_region.items():
+                    regions[region] = [*regions.get(region, []), *rows]  # a new list: moto's stays as it was
+        _CATALOG_TABLES = types, offerings
+    return _CATALOG_TABLES

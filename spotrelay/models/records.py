@@ -84,6 +84,9 @@ class Attempt(BaseModel):
     work_done_hours_at_start: float = Field(default=0, ge=0, description="reference-GPU hours restored")
     relative_speed: float = Field(default=1.0, gt=0, description="the GPU's speed vs the reference GPU")
     task_token: str | None = Field(default=None, description="the JobLifecycle Run task's token")
+    heartbeat_timeout_seconds: int | None = Field(
+        default=None, ge=1, description="the Run task's heartbeat timeout: the agent beats well within it"
+    )
     running_at: AwareDatetime | None = None  # the instance reached `running`
     interrupted_at: AwareDatetime | None = None  # the spot interruption warning arrived
     rebalance_at: AwareDatetime | None = None  # a rebalance recommendation arrived

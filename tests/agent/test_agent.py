@@ -117,6 +117,23 @@ def test_the_agent_heartbeats_its_task_token_every_heartbeat_seconds_until_it_re
     assert token == vworld.store.get_attempt(JOB_ID, 1).task_token
 
 
+def test_heartbeats_are_paced_by_the_heartbeat_timeout_launch_recorded_with_the_attempt(vworld: VirtualWorld) -> None:
+    # Given an attempt whose Run task times out after 900 s of silence, and an agent with no interval of its own
+    vworld.submit(job_spec("python train.py", Path("/unused")))
+    vworld.add_attempt(1, vworld.open_task("run-1"), heartbeat_timeout_seconds=900)
+    agent = vworld.start_agent(1, heartbeat_seconds=None)
+
+    # When its job runs for an hour
+    vworld.advance(3600)
+    job = vworld.job(1)
+    vworld.act(lambda: job.exit(0))
+    vworld.finish(agent, within=POLL)
+
+    # Then it beat four times per timeout: three beats can fail in a row before Step Functions gives up
+    beats = [vworld.seconds(t) for t in vworld.sent_at("SendTaskHeartbeat")]
+    assert beats == [225.0 * k for k in range(17)]
+
+
 def test_a_job_that_ignores_sigterm_is_killed_at_its_grace_and_the_final_checkpoint_is_still_taken(
     vworld: VirtualWorld,
 ) -> None:

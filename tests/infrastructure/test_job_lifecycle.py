@@ -87,7 +87,12 @@ def test_run_waits_for_the_task_token_with_a_heartbeat_and_catches_in_order(
     run = states[lc.RUN]
     _invokes(synthesized, run, "launch")
     assert run["Resource"] == "arn:<AWS::Partition>:states:::lambda:invoke.waitForTaskToken"
-    assert run["Parameters"]["Payload"] == {"job_id.$": "$.job_id", "task_token.$": "$$.Task.Token"}
+    # the heartbeat timeout goes to Launch too: recorded with the attempt, it paces the agent's heartbeats
+    assert run["Parameters"]["Payload"] == {
+        "job_id.$": "$.job_id",
+        "task_token.$": "$$.Task.Token",
+        "heartbeat_seconds.$": "$.heartbeat_seconds",
+    }
     assert run["HeartbeatSecondsPath"] == "$.heartbeat_seconds"
     # A run's own timeout is explicit and as long as an execution may last: without it, moto (and the States
     # Language) time the task out after 60 s, and `spotrelay local up` lost every job after a minute

@@ -162,8 +162,18 @@ class World:
     def place(self, job_id: str = "train-1") -> StepResult:
         return place_step(job_id, store=self.store, compute=self.compute, clock=self.clock, context=CONTEXT)
 
-    def launch(self, job_id: str = "train-1", token: str = "token-1") -> dict[str, Any]:
-        return launch_step(job_id, token, store=self.store, compute=self.compute, clock=self.clock, context=CONTEXT)
+    def launch(
+        self, job_id: str = "train-1", token: str = "token-1", heartbeat_timeout_seconds: int | None = None
+    ) -> dict[str, Any]:
+        return launch_step(
+            job_id,
+            token,
+            store=self.store,
+            compute=self.compute,
+            clock=self.clock,
+            context=CONTEXT,
+            heartbeat_timeout_seconds=heartbeat_timeout_seconds,
+        )
 
     def recover(self, job_id: str = "train-1", failure: dict[str, Any] | None = None) -> StepResult:
         return recover_step(

@@ -272,6 +272,14 @@ def test_launch_starts_an_instance_in_the_first_planned_pool_and_records_the_att
     assert launched["instance_type"] == "g6.xlarge"
 
 
+def test_launch_records_the_run_tasks_heartbeat_timeout_with_the_attempt_for_its_agent() -> None:
+    world = World()
+    world.admitted()
+    world.place()
+    world.launch(token="token-1", heartbeat_timeout_seconds=900)
+    assert world.attempt().heartbeat_timeout_seconds == 900
+
+
 def test_launch_puts_the_jobs_tags_on_its_instance() -> None:
     # Given a placed job with tags
     world = World()
