@@ -25,6 +25,11 @@ global randomness or wall time; the replay itself is deterministic, so a seed re
   Lambda.TooManyRequestsException before the handler, Lambda.ServiceException after it.
 - EC2 refusing a spot launch the market would let through (the hook of `Ec2Market.refusal`):
   InsufficientInstanceCapacity, and, rarer, RequestLimitExceeded (throttling).
+- DynamoDB writes (the hook of `patches.StoreFaults`, as moto handles a PutItem or UpdateItem): throttled
+  (ProvisionedThroughputExceededException, which the SDK retries with backoff), or, for a write
+  conditioned on the version its writer read, beaten by a concurrent writer: the item's version moves on
+  first, so the condition fails for real and the writer must read again (what every read-modify-write
+  of the store must survive).
 - A spot interruption warning for a launched spot instance, in one of its phases chosen at random
   (launching, restoring, running, checkpointing, finishing): the replay's own notice path (EventBridge
   and the instance's IMDS, the instance terminated two minutes later).
@@ -50,6 +55,7 @@ from typing import Any, Protocol
 
 from spotrelay.local.ec2_market import Ec2Error, insufficient_capacity
 from spotrelay.local.lambdas import InvocationFault
+from spotrelay.local.patches import STORE_CONFLICT, STORE_THROTTLED, versioned_attribute
 from spotrelay.models import Pool
 
 BOOT_SECONDS = 60.0  # spotrelay.local.workers.BOOT: launch -> `running`, the agent starts
@@ -61,7 +67,7 @@ SERVICE_ERROR = "Lambda.ServiceException"  # ran; its answer was lost
 ASYNC_CRASH = "Runtime.ExitError"  # the function's process ended mid-invocation (nobody matches on it)
 REQUEST_LIMIT_EXCEEDED = Ec2Error("RequestLimitExceeded", "Request limit exceeded.", 503)
 TASK_FUNCTIONS = frozenset({"place", "launch", "recover", "finalize"})  # invoked by JobLifecycle's tasks
-STREAMS = ("delivery", "invocation", "ec2", "interruption")
+STREAMS = ("delivery", "invocation", "ec2", "interruption", "store")
 SHOWN = 8  # injections listed in the text report
 
 
@@ -74,6 +80,8 @@ class ChaosKind(StrEnum):
     INSUFFICIENT_CAPACITY = "insufficient-capacity"
     REQUEST_LIMIT_EXCEEDED = "request-limit-exceeded"
     INTERRUPTION = "interruption"
+    STORE_THROTTLED = "dynamodb-throttled"
+    STORE_CONFLICT = "dynamodb-conflict"
 
 
 CRASHES = frozenset({ChaosKind.CRASH_BEFORE, ChaosKind.CRASH_AFTER})
@@ -99,6 +107,8 @@ class ChaosOdds:
     insufficient_capacity: float = 0.12  # per spot launch the market allows
     request_limit_exceeded: float = 0.02
     interruption: float = 0.20  # per spot instance launched
+    store_throttled: float = 0.02  # per DynamoDB write (the SDK retries up to 10 times)
+    store_conflict: float = 0.05  # per DynamoDB write conditioned on the version read
     max_delay_seconds: float = 120.0
     max_duplicate_lag_seconds: float = 60.0
 
@@ -148,6 +158,17 @@ def launch_refusal(rng: random.Random, odds: ChaosOdds) -> ChaosKind | None:
         return ChaosKind.INSUFFICIENT_CAPACITY
     if draw < odds.insufficient_capacity + odds.request_limit_exceeded:
         return ChaosKind.REQUEST_LIMIT_EXCEEDED
+    return None
+
+
+def store_fault(rng: random.Random, odds: ChaosOdds, *, versioned: bool) -> ChaosKind | None:
+    """Whether one DynamoDB write is throttled, or (`versioned`: conditioned on the version its writer
+    read) loses to a concurrent writer (one draw)."""
+    draw = rng.random()
+    if draw < odds.store_throttled:
+        return ChaosKind.STORE_THROTTLED
+    if versioned and draw < odds.store_throttled + odds.store_conflict:
+        return ChaosKind.STORE_CONFLICT
     return None
 
 
@@ -345,6 +366,22 @@ class Chaos:
         error = insufficient_capacity(pool) if kind is ChaosKind.INSUFFICIENT_CAPACITY else REQUEST_LIMIT_EXCEEDED
         self.record(kind, pool.offering, f"RunInstances refused: {error.code} (HTTP {error.status})")
         return error
+
+    # --- DynamoDB (patches.StoreFaults) -------------------------------------------------------------
+
+    def store_fault(self, operation: str, request: Mapping[str, Any]) -> str | None:
+        versioned = versioned_attribute(request) is not None
+        with self._lock:
+            kind = store_fault(self._rngs["store"], self.odds, versioned=versioned)
+        if kind is None:
+            return None
+        key = request.get("Key") or request.get("Item") or {}
+        item = "/".join(str(next(iter(value.values()), "")) for name, value in key.items() if name in ("pk", "sk"))
+        if kind is ChaosKind.STORE_THROTTLED:
+            self.record(kind, "dynamodb", f"{operation} {item}: ProvisionedThroughputExceededException")
+            return STORE_THROTTLED
+        self.record(kind, "dynamodb", f"{operation} {item}: a concurrent writer moved its version on first")
+        return STORE_CONFLICT
 
     # --- interruptions -----------------------------------------------------------------------------
 

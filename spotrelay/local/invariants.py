@@ -122,6 +122,8 @@ class Snapshot:
     starts: Sequence[JobStart] = ()  # every start of the job by an agent so far
     first_terminal: Mapping[str, JobState] = field(default_factory=dict)  # the terminal state each job reached
     finished: bool = False  # the end of a replay in which every job ended
+    final: bool = False  # the end of the replay, every job ended or not
+    submitted: Mapping[str, datetime] = field(default_factory=dict)  # job id -> when SQS accepted its message
     reconcile_period: timedelta = timedelta(minutes=SCHEDULE_MINUTES)
     orphan_grace: timedelta = timedelta(seconds=ORPHAN_GRACE_SECONDS)
 
@@ -171,6 +173,12 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
 
 def check_outcomes(s: Snapshot) -> list[Violation]:
     found: list[Violation] = []
+    if s.final:  # an accepted message is a job: admitted, or FAILED with its reason, never lost
+        for job_id, at in sorted(s.submitted.items()):
+            if job_id not in s.jobs:
+                found.append(
+                    Violation("never-recorded", job_id, f"submitted at {_iso(at)}, no record at the end", s.now)
+                )
     for job_id, job in sorted(s.jobs.items()):
         first = s.first_terminal.get(job_id)
         if first is not None and job.state is not first:
@@ -543,6 +551,8 @@ class InvariantMonitor:
         *,
         agents: Iterable[AgentActivity] = (),
         finished: bool = False,
+        final: bool = False,
+        submitted: Mapping[str, datetime] | None = None,
     ) -> list[Violation]:
         """Check one snapshot; returns the violations not seen before (also added to `violations`)."""
         self._take_agent_events(agents)
@@ -562,6 +572,8 @@ class InvariantMonitor:
             starts=self._starts,
             first_terminal=self._first_terminal,
             finished=finished,
+            final=final,
+            submitted=submitted or {},
             reconcile_period=self.reconcile_period,
         )
         new = [v for v in check_invariants(snapshot) if v.key not in self._seen]

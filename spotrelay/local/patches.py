@@ -81,6 +81,7 @@ import gc
 import inspect
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -93,6 +94,10 @@ import moto
 from moto.awslambda.models import LambdaFunction
 from moto.core import responses as moto_responses
 from moto.core.serialize import BaseJSONSerializer
+from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX as DYNAMODB_ERROR_PREFIX
+from moto.dynamodb.exceptions import DynamodbException
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.responses import DynamoHandler
 from moto.ec2.models import instance_types as moto_instance_types
 from moto.ec2.models.fleets import Fleet, FleetsBackend
 from moto.ec2.models.flow_logs import FlowLogs, FlowLogsBackend
@@ -298,6 +303,11 @@ EXPECTED: tuple[Expected, ...] = (
         "antlr4.ParserRuleContext.ParserRuleContext]",
         ("tree = parser.state_machine()", "preprocessor = Preprocessor()", "program = preprocessor.visit(tree)"),
     ),
+    # a chaos seed's DynamoDB faults are injected as moto handles a write (StoreFaults)
+    Expected(
+        DynamoHandler, "put_item", "(self) -> moto.core.responses.ActionResult", ('name = self.body["TableName"]',)
+    ),
+    Expected(DynamoHandler, "update_item", "(self) -> moto.core.responses.ActionResult", ('key = self.body["Key"]',)),
     Expected(InstanceResponse, "run_instances", "(self) -> moto.core.responses.ActionResult"),
     Expected(  # the market tells the replay's instances when the control plane terminates them
         InstanceResponse,
@@ -447,6 +457,20 @@ class DeliveryFaults(Protocol):
     def deliver(self, rule: str, target_arn: str, event: Mapping[str, Any], send: Callable[[], str | None]) -> None: ...
 
 
+STORE_THROTTLED = "throttled"
+STORE_CONFLICT = "conflict"
+
+
+class StoreFaults(Protocol):
+    """Whether one DynamoDB write (PutItem, UpdateItem: `request` is its JSON body) meets a fault as moto
+    is about to handle it (spotrelay.local.chaos): STORE_THROTTLED, answered with
+    ProvisionedThroughputExceededException (which the SDK retries, with backoff); STORE_CONFLICT, a
+    concurrent writer that got there first: the item's version moves on, so a write conditioned on the
+    version it read fails its condition for real and the writer reads again; None, no fault."""
+
+    def store_fault(self, operation: str, request: Mapping[str, Any]) -> str | None: ...
+
+
 @dataclass
 class Installed:
     """The patches in force; `uninstall()` restores moto."""
@@ -457,6 +481,7 @@ class Installed:
     deliveries: list[Delivery]
     _patcher: _Patcher
     delivery_faults: DeliveryFaults | None = None  # Lambda targets' deliveries go through it when set
+    store_faults: StoreFaults | None = None  # DynamoDB writes go through it when set
 
     def uninstall(self) -> None:
         global _installed
@@ -498,6 +523,7 @@ def install(clock: SimulationClock, lambdas: InProcessLambdas, market: Ec2Market
             _patch_clock(patcher, clock)
             _patch_cloudformation(patcher)
             _patch_s3(patcher)
+            _patch_dynamodb_faults(patcher)
             _patch_speed(patcher)
             if market is not None:
                 _patch_ec2(patcher, market)
@@ -1060,3 +1086,63 @@ def _catalog_tables() -> tuple[dict[str, Any], dict[str, Any]]:
                     regions[region] = [*regions.get(region, []), *rows]  # a new list: moto's stays as it was
         _CATALOG_TABLES = types, offerings
     return _CATALOG_TABLES
+
+
+# --- DynamoDB faults -----------------------------------------------------------------------------------
+
+
+class _Throttled(DynamodbException):
+    error_type = DYNAMODB_ERROR_PREFIX + "ProvisionedThroughputExceededException"
+
+    def __init__(self) -> None:
+        super().__init__(
+            self.error_type,
+            "The level of configured provisioned throughput for the table was exceeded. Consider increasing "
+            "your provisioning level with the UpdateTable API.",
+        )
+
+
+def versioned_attribute(request: Mapping[str, Any]) -> str | None:
+    """The attribute a write is conditioned on being at the version its writer read (`version = :expected`,
+    the store's optimistic concurrency), or None for any other write."""
+    match = re.fullmatch(r"\s*(#?\w+)\s*=\s*:expected\s*", str(request.get("ConditionExpression") or ""))
+    if match is None:
+        return None
+    names = request.get("ExpressionAttributeNames") or {}
+    return str(names.get(match.group(1), match.group(1)))
+
+
+def _bump_version(handler: DynamoHandler, attribute: str) -> bool:
+    """The concurrent writer: the item the request names, its `attribute` one version on (nothing else
+    changed). False if there is no such item or number."""
+    body = handler.body
+    table = handler.dynamodb_backend.get_table(body["TableName"])
+    key = body.get("Key") or body.get("Item") or {}
+    hash_value = key.get(table.hash_key_attr)
+    range_value = key.get(table.range_key_attr) if table.range_key_attr else None
+    if hash_value is None:
+        return False
+    item = table.get_item(DynamoType(hash_value), DynamoType(range_value) if range_value is not None else None)
+    current = item.attrs.get(attribute) if item is not None else None
+    if item is None or current is None or current.type != "N":
+        return False
+    item.attrs[attribute] = DynamoType({"N": str(int(current.value) + 1)})
+    return True
+
+
+def _patch_dynamodb_faults(patcher: _Patcher) -> None:
+    for operation, name in (("PutItem", "put_item"), ("UpdateItem", "update_item")):
+        original: Callable[[DynamoHandler], Any] = patcher.original(DynamoHandler, name)
+
+        def write(self: DynamoHandler, original: Callable[[DynamoHandler], Any] = original, op: str = operation) -> Any:
+            faults = _installed.store_faults if _installed is not None else None
+            fault = faults.store_fault(op, self.body) if faults is not None else None
+            if fault == STORE_THROTTLED:
+                raise _Throttled()
+            if fault == STORE_CONFLICT:
+                attribute = versioned_attribute(self.body)
+                if attribute is not None:
+                    _bump_version(self, attribute)
+            return original(self)
+
+        patcher.replace(DynamoHandler, name, write)

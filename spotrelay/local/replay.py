@@ -125,6 +125,7 @@ class TrackedJob:
     submission: Submission
     job_id: str
     message_id: str
+    submitted_at: datetime
     done: bool = False
     launched: bool = False
 
@@ -384,7 +385,7 @@ class Replay:
                 data = None
             name = data.get("name") if isinstance(data, dict) else None
             job_id = job_id_for(name if isinstance(name, str) and name else "invalid", message_id)
-            tracked = TrackedJob(submission, job_id, message_id)
+            tracked = TrackedJob(submission, job_id, message_id, self.clock.now())
             self.jobs[submission.name] = tracked
             self._by_id[job_id] = tracked
             self.note(submission.name, f"submitted ({job_id})")
@@ -572,7 +573,12 @@ class Replay:
         observed = (read if final else peek)(self.runtime, self.stack, self.invariants.cache)
         now = self.clock.now()
         for violation in self.invariants.check(
-            observed, now, agents=self.workers.values(), finished=final and self._all_done()
+            observed,
+            now,
+            agents=self.workers.values(),
+            finished=final and self._all_done(),
+            final=final,
+            submitted={t.job_id: t.submitted_at for t in self.jobs.values()},
         ):
             tracked = self._by_id.get(violation.job_id or "")
             self.note(
@@ -649,6 +655,7 @@ class Replay:
         assert self.runtime.market is not None
         chaos.attach(self, self.stack.functions)
         installed.delivery_faults = chaos
+        installed.store_faults = chaos
         self.runtime.lambdas.faults = chaos
         self.runtime.market.refusal_faults = chaos.refuse_launch
 

@@ -36,6 +36,7 @@ from spotrelay.local.chaos import (
     launch_refusal,
     parse_seeds,
     report_lines,
+    store_fault,
     summary,
 )
 from spotrelay.local.lambdas import InProcessLambdas
@@ -162,6 +163,16 @@ def test_launch_refusals_come_at_their_odds() -> None:
     share = {kind: kinds.count(kind) / len(kinds) for kind in ChaosKind}
     assert share[ChaosKind.INSUFFICIENT_CAPACITY] == pytest.approx(odds.insufficient_capacity, abs=0.01)
     assert share[ChaosKind.REQUEST_LIMIT_EXCEEDED] == pytest.approx(odds.request_limit_exceeded, abs=0.005)
+
+
+def test_dynamodb_faults_come_at_their_odds_and_conflicts_only_on_versioned_writes() -> None:
+    rng, odds = random.Random(5), ChaosOdds()
+    versioned = [store_fault(rng, odds, versioned=True) for _ in range(20_000)]
+    other = [store_fault(rng, odds, versioned=False) for _ in range(20_000)]
+    assert versioned.count(ChaosKind.STORE_THROTTLED) / 20_000 == pytest.approx(odds.store_throttled, abs=0.005)
+    assert versioned.count(ChaosKind.STORE_CONFLICT) / 20_000 == pytest.approx(odds.store_conflict, abs=0.006)
+    assert other.count(ChaosKind.STORE_THROTTLED) / 20_000 == pytest.approx(odds.store_throttled, abs=0.005)
+    assert ChaosKind.STORE_CONFLICT not in other  # a write with no version to lose to (a create, a block)
 
 
 def test_interruptions_fall_in_every_phase_within_the_instances_life() -> None:

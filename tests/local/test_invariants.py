@@ -126,6 +126,18 @@ def test_at_the_end_of_a_finished_replay_every_job_is_terminal() -> None:
     assert (violation.kind, violation.job_id) == ("unfinished", "train-1")
 
 
+def test_a_submitted_job_with_no_record_at_the_end_of_the_replay_was_lost() -> None:
+    # Given two messages SQS accepted, one of which became a job
+    submitted = {"train-1": T0, "train-2": T0 + timedelta(minutes=1)}
+    mid_replay = snapshot([job()], [attempt()], [instance()], submitted=submitted)
+    # Then mid-replay the other may still be on its way (the dispatcher runs on the queue's alarm) ...
+    assert check_invariants(mid_replay) == []
+    # ... but at the end, with or without every job ended, it was lost
+    (violation,) = check_invariants(replace(mid_replay, final=True))
+    assert (violation.kind, violation.job_id) == ("never-recorded", "train-2")
+    assert "submitted at 2026-11-30T00:01:00Z" in violation.detail
+
+
 # --- no instance runs without a live attempt, nor for an ended job ----------------------------------
 
 
