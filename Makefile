@@ -73,6 +73,14 @@ bench-place: $(STAMP)
 bench-replay: $(STAMP) node_modules $(TEMPLATE)
 	$(BIN)/python -m spotrelay.local.bench_replay
 
+## load: 1,000 jobs submitted at once and 10,000 foreign EC2 events in an hour, replayed (spotrelay/local/load.py);
+## fails if a job does not succeed, an invariant breaks, or admission leaves priority order or the quota
+LOAD_JOBS ?= 1000
+LOAD_EVENTS ?= 10000
+.PHONY: load
+load: $(STAMP) node_modules $(TEMPLATE)
+	$(BIN)/python -m spotrelay.local.load --jobs $(LOAD_JOBS) --events $(LOAD_EVENTS)
+
 ## chaos: fault injection (spotrelay/local/chaos.py), seeds CHAOS_SEEDS x CHAOS_SCENARIOS, two replays at a time;
 ## fails on any broken invariant and lists each failing seed's `spotrelay replay ... --chaos SEED`
 CHAOS_SEEDS ?= 1-200

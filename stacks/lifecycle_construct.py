@@ -268,7 +268,10 @@ class JobLifecycle(Construct):
             state_machine_type=sfn.StateMachineType.STANDARD,
             comment="spotrelay: one execution per job, named by the job id",
             definition_body=sfn.DefinitionBody.from_chainable(place_task),
-            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            # Every event, without its data: a task's input and parameters hold the Run task's token, which
+            # a reader of the log group could complete (or fail) any job's run with. The data stays in the
+            # execution history, behind states:GetExecutionHistory.
+            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=False),
             tracing_enabled=True,
         )
         invoke_findings = [

@@ -273,9 +273,18 @@ class Replay:
     """One replay of one scenario (use `replay()`)."""
 
     def __init__(
-        self, scenario: Scenario, *, seed: int | None = None, template: Path | None = None, chaos: int | None = None
+        self,
+        scenario: Scenario,
+        *,
+        seed: int | None = None,
+        template: Path | None = None,
+        chaos: int | None = None,
+        function_log_level: str | None = None,
     ) -> None:
         self.scenario = scenario
+        # the functions' Powertools log level (they print to stdout, as on Lambda); None: errors only
+        self.function_log_level = function_log_level
+        self.function_output = io.StringIO()  # what the handlers printed (their log lines): not the replay's
         self.seed = scenario.seed if seed is None else seed
         self.chaos = Chaos(chaos) if chaos is not None else None
         self.template = template
@@ -619,10 +628,18 @@ class Replay:
         # The handlers' own output (Powertools flushes EMF metrics after 100 values even when they are
         # disabled) is not the replay's: stdout is the timeline, or the JSON.
         with (
-            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stdout(self.function_output),
             _offline_environment(),
             tempfile.TemporaryDirectory(prefix="spotrelay-replay-") as scratch,
-            LocalRuntime(clock=self.clock, market=self.market, region=self.scenario.region, seed=self.seed) as runtime,
+            LocalRuntime(
+                clock=self.clock,
+                market=self.market,
+                region=self.scenario.region,
+                seed=self.seed,
+                function_overrides={"POWERTOOLS_LOG_LEVEL": self.function_log_level}
+                if self.function_log_level is not None
+                else None,
+            ) as runtime,
             self.logbook,
         ):
             self.runtime = runtime
@@ -794,11 +811,16 @@ class Replay:
 
 
 def replay(
-    scenario: Scenario, *, seed: int | None = None, template: Path | None = None, chaos: int | None = None
+    scenario: Scenario,
+    *,
+    seed: int | None = None,
+    template: Path | None = None,
+    chaos: int | None = None,
+    function_log_level: str | None = None,
 ) -> ReplayResult:
     """Run `scenario` (deterministic for a scenario, a seed and a chaos seed; default: the scenario's seed,
-    no chaos)."""
-    return Replay(scenario, seed=seed, template=template, chaos=chaos).run()
+    no chaos). `function_log_level` ("INFO", "DEBUG"): the functions' log lines on stdout at that level."""
+    return Replay(scenario, seed=seed, template=template, chaos=chaos, function_log_level=function_log_level).run()
 
 
 # ------------------------------------------------------------------------------------- expectations
