@@ -17,6 +17,7 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel as Po
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
+from spotrelay.aws.compute import Ec2Compute
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.workflow import StepFunctionsWorkflow
 from spotrelay.config import Ec2EventsSettings
@@ -28,6 +29,8 @@ tracer = Tracer()
 metrics = Metrics()
 store = DynamoJobStore(settings.table_name, boto3.client("dynamodb"))
 workflow = StepFunctionsWorkflow(boto3.client("stepfunctions"), settings.state_machine_arn)
+# for the spot price history an ended instance's bill integrates (spotrelay.models.billing)
+compute = Ec2Compute(boto3.client("ec2"), region=boto3.session.Session().region_name or "")
 
 
 class EventBridgeModel(PowertoolsEventBridgeModel):
@@ -58,7 +61,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except ValidationError as e:
         return _malformed(event, e)
     try:
-        outcome = handle_ec2_event(ec2_event, store=store, workflow=workflow, block_minutes=settings.block_minutes)
+        outcome = handle_ec2_event(
+            ec2_event, store=store, workflow=workflow, compute=compute, block_minutes=settings.block_minutes
+        )
     except MalformedEvent as e:  # the detail's own parse, raised before anything is read or written
         return _malformed(event, e)
     if outcome.job_id is not None:

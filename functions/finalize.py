@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from spotrelay.aws.clock import SystemClock
 from spotrelay.aws.compute import Ec2Compute
+from spotrelay.aws.errors import named_throttling
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.wakeup import LambdaWakeup
 from spotrelay.config import FinalizeSettings
@@ -43,6 +44,7 @@ class FinalizePayload(BaseModel):
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@named_throttling
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     payload = parse(event=event, model=FinalizePayload)
     logger.append_keys(job_id=payload.job_id)

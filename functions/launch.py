@@ -1,9 +1,10 @@
 """launch (JobLifecycle Run task, .waitForTaskToken): start an instance in the first ranked pool with
 capacity and record the attempt with the task token the agent will complete (spotrelay.control.lifecycle).
 
-Raising InsufficientInstanceCapacity (every pool refused) or JobCancelled fails the Run task with
-that error name, which the state machine catches. A job cancelled while its instance was launching has
-had that instance terminated by the time JobCancelled is raised."""
+Raising InsufficientInstanceCapacity (every pool refused), LaunchThrottled (EC2 throttled RunInstances:
+the Run task retries it with backoff) or JobCancelled fails the Run task with that error name, which the
+state machine catches. A job cancelled while its instance was launching has had that instance terminated
+by the time JobCancelled is raised."""
 
 from __future__ import annotations
 
@@ -19,9 +20,16 @@ from pydantic import BaseModel, Field
 
 from spotrelay.aws.clock import SystemClock
 from spotrelay.aws.compute import Ec2Compute
+from spotrelay.aws.errors import named_throttling
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.config import LaunchSettings
-from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled, PlacementContext, launch_step
+from spotrelay.control.lifecycle import (
+    InsufficientInstanceCapacity,
+    JobCancelled,
+    LaunchThrottled,
+    PlacementContext,
+    launch_step,
+)
 
 settings = LaunchSettings.from_env(os.environ)
 logger = Logger()
@@ -46,6 +54,7 @@ class LaunchPayload(BaseModel):
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@named_throttling
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     payload = parse(event=event, model=LaunchPayload)
     logger.append_keys(job_id=payload.job_id)
@@ -62,6 +71,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except InsufficientInstanceCapacity as e:
         metrics.add_metric(name="LaunchRefusals", unit=MetricUnit.Count, value=1)
         logger.warning("no capacity in any ranked pool", extra={"reason": str(e)})
+        raise
+    except LaunchThrottled as e:
+        metrics.add_metric(name="LaunchesThrottled", unit=MetricUnit.Count, value=1)
+        logger.warning("EC2 throttled the launch: the Run task retries it", extra={"reason": str(e)})
         raise
     except JobCancelled as e:
         logger.info("job cancelled: nothing launched is left running", extra={"reason": str(e)})

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from spotrelay.aws.clock import SystemClock
 from spotrelay.aws.compute import Ec2Compute
+from spotrelay.aws.errors import named_throttling
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.config import RecoverSettings
 from spotrelay.control.lifecycle import recover_step
@@ -40,6 +41,7 @@ class RecoverPayload(BaseModel):
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@named_throttling
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     payload = parse(event=event, model=RecoverPayload)
     logger.append_keys(job_id=payload.job_id)

@@ -32,6 +32,8 @@ ERROR_MIGRATING = "Migrating"  # the agent checkpointed and handed the job back 
 ERROR_INSTANCE_LOST = "InstanceLost"
 ERROR_JOB_FAILED = "JobFailed"
 ERROR_NO_CAPACITY = "InsufficientInstanceCapacity"  # every ranked pool refused us: back to Place
+ERROR_LAUNCH_THROTTLED = "LaunchThrottled"  # EC2 throttled RunInstances: retried with backoff, then back to Place
+ERROR_AWS_THROTTLED = "AwsThrottled"  # an AWS call of a task function throttled past the SDK's retries
 ERROR_CANCELLED = "JobCancelled"
 ERROR_BUDGET_EXHAUSTED = "BudgetExhausted"
 ERROR_CHECKPOINT_CORRUPT = "CheckpointCorrupt"  # the agent: the committed checkpoint fails verification
@@ -52,6 +54,13 @@ ENV_SPOT_VCPU_QUOTAS = "SPOTRELAY_SPOT_VCPU_QUOTAS"  # JSON {"g": 64, "p": 96}: 
 ENV_DISPATCHER_FUNCTION = "SPOTRELAY_DISPATCHER_FUNCTION"
 ENV_BLOCK_MINUTES = "SPOTRELAY_BLOCK_MINUTES"
 ENV_HEARTBEAT_SECONDS = "SPOTRELAY_HEARTBEAT_SECONDS"
+# vend (spotrelay.control.vend): whose sessions it serves, what it assumes, what it scopes the credentials to
+ENV_WORKER_ROLE_ARN = "SPOTRELAY_WORKER_ROLE_ARN"
+ENV_JOB_ROLE_ARN = "SPOTRELAY_JOB_ROLE_ARN"
+ENV_TABLE_ARN = "SPOTRELAY_TABLE_ARN"
+ENV_BUCKET_ARN = "SPOTRELAY_BUCKET_ARN"
+ENV_BUCKET_KEY_ARN = "SPOTRELAY_BUCKET_KEY_ARN"
+ENV_VEND_FUNCTION = "SPOTRELAY_VEND_FUNCTION"  # the agent's: where it gets its job's credentials
 
 
 class FunctionSettings(BaseModel):
@@ -132,6 +141,14 @@ class CancelSettings(TableSettings):
     dispatcher_function: str = Field(alias=ENV_DISPATCHER_FUNCTION, min_length=1)
 
 
+class VendSettings(TableSettings):
+    worker_role_arn: str = Field(alias=ENV_WORKER_ROLE_ARN, min_length=1)
+    job_role_arn: str = Field(alias=ENV_JOB_ROLE_ARN, min_length=1)
+    table_arn: str = Field(alias=ENV_TABLE_ARN, min_length=1)
+    bucket_arn: str = Field(alias=ENV_BUCKET_ARN, min_length=1)
+    bucket_key_arn: str = Field(alias=ENV_BUCKET_KEY_ARN, min_length=1)
+
+
 SETTINGS_BY_FUNCTION: dict[str, type[FunctionSettings]] = {
     "dispatcher": DispatcherSettings,
     "place": PlaceSettings,
@@ -141,4 +158,5 @@ SETTINGS_BY_FUNCTION: dict[str, type[FunctionSettings]] = {
     "finalize": FinalizeSettings,
     "reconcile": ReconcileSettings,
     "cancel": CancelSettings,
+    "vend": VendSettings,
 }

@@ -6,18 +6,21 @@
 - The job-queue depth alarm entering ALARM -> dispatcher (this alarm only, matched by name).
 - Every SCHEDULE_MINUTES (5) minutes -> dispatcher and reconcile (the safety net for lost or missed events).
 - An archive of the three EC2 event kinds for 30 days, so a production incident can be replayed
-  (`spotrelay replay`) with the events exactly as AWS sent them.
+  (`spotrelay replay`) with the events exactly as AWS sent them, and so that the events of a window when
+  the functions were down can be delivered again (`spotrelay admin replay-archive`, EventBridge's
+  StartReplay: the README's runbook). Its name and ARN are stack outputs (spotrelay.aws.recovery).
 """
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from spotrelay.aws.recovery import ARCHIVE_ARN_OUTPUT, ARCHIVE_NAME_OUTPUT
 from spotrelay.config import SCHEDULE_MINUTES
 
 EC2_SOURCE = "aws.ec2"
@@ -89,3 +92,8 @@ class EventRules(Construct):
             event_pattern=events.EventPattern(source=[EC2_SOURCE], detail_type=list(EC2_DETAIL_TYPES)),
             retention=Duration.days(ARCHIVE_RETENTION_DAYS),
         )
+        stack = Stack.of(self)
+        CfnOutput(
+            stack, ARCHIVE_NAME_OUTPUT, value=self.archive.archive_name, description="spotrelay admin replay-archive"
+        )
+        CfnOutput(stack, ARCHIVE_ARN_OUTPUT, value=self.archive.archive_arn)

@@ -1,4 +1,4 @@
-"""The eight Lambda functions: one shared code asset, the Powertools layer, one role each.
+"""The nine Lambda functions: one shared code asset, the Powertools layer, one role each.
 
 Code: ONE asset of the repository root holding only `spotrelay/` and `functions/` (built by copying
 files: no Docker, no bundling). Dependencies come from the runtime (boto3) and the Powertools layer
@@ -12,6 +12,13 @@ cannot drift apart.
 
 Each function gets its own role with no managed policy: write access to its own log group and, via
 active tracing, X-Ray; everything else is granted by `iam_construct`.
+
+Dead letters: an asynchronously invoked function of DEAD_LETTERED_FUNCTIONS (ec2_events: EventBridge's
+EC2 events) has its own SQS DLQ (KMS, a rotated key of its own, TLS only, 14 days). Lambda retries a failed
+asynchronous invocation twice (1 and 2 minutes later), then sends the event there; `spotrelay admin
+redrive` invokes the function with each one again (the README's runbook). Its URL and the function's name
+are stack outputs (spotrelay.aws.recovery names them). The dispatcher's and reconcile's asynchronous
+events (the schedule, the queue-depth alarm) need none: the next schedule does their work.
 """
 
 from __future__ import annotations
@@ -19,23 +26,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from aws_cdk import Duration, Fn
+from aws_cdk import CfnOutput, Duration, Fn, Stack
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from spotrelay.aws.recovery import DEAD_LETTERED_FUNCTIONS, dead_letter_queue_output, function_name_output
 from spotrelay.config import ENV_DISPATCHER_FUNCTION, METRICS_NAMESPACE, SETTINGS_BY_FUNCTION
 from stacks.config import SpotRelayConfig
 from stacks.suppressions import acknowledge
 
-FUNCTION_NAMES = ("dispatcher", "place", "launch", "ec2_events", "recover", "finalize", "reconcile", "cancel")
+FUNCTION_NAMES = (
+    "dispatcher",
+    "place",
+    "launch",
+    "ec2_events",
+    "recover",
+    "finalize",
+    "reconcile",
+    "cancel",
+    "vend",
+)
 SERVICE_NAME = "spotrelay"
 RUNTIME = lambda_.Runtime.PYTHON_3_11
 DEFAULT_TIMEOUT = Duration.seconds(60)
 TIMEOUTS = {"dispatcher": Duration.seconds(120), "reconcile": Duration.seconds(120)}
 MEMORY_MB = 512
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+DEAD_LETTER_RETENTION = Duration.days(14)  # SQS's longest: two weeks to notice an outage and redrive
 # Keys the stack sets on every function, next to the settings model's keys.
 POWERTOOLS_KEYS = ("POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", "LOG_LEVEL")
 
@@ -62,6 +83,7 @@ DESCRIPTIONS = {
     "finalize": "Terminates the worker, totals the cost, records the outcome, wakes the dispatcher",
     "reconcile": "Safety net: terminates orphaned instances, repairs stuck jobs and attempts",
     "cancel": "Stops a job wherever it is and terminates its instance",
+    "vend": "Gives a worker instance's agent credentials for its own job only (token vending machine)",
 }
 
 
@@ -70,7 +92,8 @@ def pascal(name: str) -> str:
 
 
 class Functions(Construct):
-    """`functions[name]`, `roles[name]`, `log_groups[name]` for every name in FUNCTION_NAMES."""
+    """`functions[name]`, `roles[name]`, `log_groups[name]` for every name in FUNCTION_NAMES;
+    `dead_letter_queues[name]` for DEAD_LETTERED_FUNCTIONS, encrypted with `dead_letter_key`."""
 
     def __init__(
         self,
@@ -92,6 +115,13 @@ class Functions(Construct):
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
+        self.dead_letter_queues: dict[str, sqs.Queue] = {}
+        self.dead_letter_key = kms.Key(
+            self,
+            "DeadLetterKey",
+            description=f"{Stack.of(self).stack_name}: encrypts the events the functions could not handle (DLQs)",
+            enable_key_rotation=True,
+        )
         values = dict(settings_values)
         for name in FUNCTION_NAMES:  # dispatcher first: finalize's settings name it
             self._add_function(name, config, values)
@@ -122,6 +152,7 @@ class Functions(Construct):
         )
         log_group = logs.LogGroup(self, f"{id}Logs", retention=LOG_RETENTION)
         log_group.grant_write(role)
+        dead_letter_queue = self._dead_letter_queue(name, role) if name in DEAD_LETTERED_FUNCTIONS else None
         function = lambda_.Function(
             self,
             id,
@@ -140,7 +171,17 @@ class Functions(Construct):
             # Admission reads quotas, budget and running jobs, then starts executions: one at a time,
             # or two dispatchers could both admit into the last free slot.
             reserved_concurrent_executions=1 if name == "dispatcher" else None,
+            dead_letter_queue=dead_letter_queue,
         )
+        if dead_letter_queue is not None:
+            stack = Stack.of(self)
+            CfnOutput(stack, function_name_output(name), value=function.function_name)
+            CfnOutput(
+                stack,
+                dead_letter_queue_output(name),
+                value=dead_letter_queue.queue_url,
+                description=f"{name}: the events Lambda gave up on (spotrelay admin redrive)",
+            )
         acknowledge(
             function,
             "L1",
@@ -156,3 +197,18 @@ class Functions(Construct):
         self.functions[name] = function
         self.roles[name] = role
         self.log_groups[name] = log_group
+
+    def _dead_letter_queue(self, name: str, role: iam.Role) -> sqs.Queue:
+        """Where Lambda sends an asynchronous event of `name` it gave up on; Lambda sends it with the
+        function's role (sqs:SendMessage, granted by the function's DeadLetterConfig, and the key)."""
+        queue = sqs.Queue(
+            self,
+            f"{pascal(name)}DeadLetterQueue",
+            encryption=sqs.QueueEncryption.KMS,
+            encryption_master_key=self.dead_letter_key,
+            enforce_ssl=True,
+            retention_period=DEAD_LETTER_RETENTION,
+        )
+        self.dead_letter_key.grant(role, "kms:GenerateDataKey", "kms:Decrypt")
+        self.dead_letter_queues[name] = queue
+        return queue

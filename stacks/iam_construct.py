@@ -1,6 +1,7 @@
 """Least-privilege permissions of the eight functions, one policy per concern.
 
-- Every function: read/write its items in the table and the `gsi1` index (named actions, exact ARNs).
+- Every function but vend: read/write its items in the table and the `gsi1` index (named actions, exact
+  ARNs); vend: GetItem only (its sts:AssumeRole of JobRole is in `job_credentials_construct`).
 - launch, and reconcile (the spot standby it starts before moving a job off on-demand):
   `ec2:RunInstances`/`ec2:CreateFleet` of an *instance* only for the allowed GPU families
   (`ec2:InstanceType` like `g5.*`) and only when the request tags it `spotrelay:managed=true`; the
@@ -31,12 +32,18 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from spotrelay.config import TAG_MANAGED
+from spotrelay.control.vend import TASK_TOKEN_ACTIONS
 from stacks.functions_construct import Functions
 from stacks.storage_construct import CHECKPOINT_PREFIX, GSI1
 from stacks.suppressions import acknowledge_wildcard_resources
-from stacks.worker_construct import TASK_TOKEN_ACTIONS, TASK_TOKEN_REASON, Worker
+from stacks.worker_construct import Worker
 
 MANAGED_TAG_VALUE = "true"
+TASK_TOKEN_REASON = (
+    "SendTaskSuccess/SendTaskFailure/SendTaskHeartbeat take a task token, not a resource: Step Functions "
+    "supports no resource-level permission for them, so their Resource must be '*'. The statement holds "
+    "only task-token actions, and a caller needs a live token of one of our executions to use them."
+)
 TABLE_ACTIONS = (
     "dynamodb:GetItem",
     "dynamodb:BatchGetItem",
@@ -60,6 +67,7 @@ TERMINATORS = ("launch", "finalize", "reconcile", "cancel")
 LAUNCHERS = ("launch", "reconcile")
 TASK_TOKEN_SENDERS = ("ec2_events", "cancel", "reconcile")
 EXECUTION_MANAGERS = ("reconcile", "cancel")
+TABLE_READERS = ("vend",)
 
 
 class FunctionPermissions(Construct):
@@ -88,12 +96,18 @@ class FunctionPermissions(Construct):
         stack = Stack.of(self)
         roles = functions.roles
 
-        for role in roles.values():  # in each role's own (default) policy
+        for name, role in roles.items():  # in each role's own (default) policy
+            if name in TABLE_READERS:
+                continue
             role.add_to_principal_policy(
                 iam.PolicyStatement(
                     actions=list(TABLE_ACTIONS),
                     resources=[table.table_arn, f"{table.table_arn}/index/{GSI1}"],
                 )
+            )
+        for name in TABLE_READERS:  # vend reads an instance's record and its attempt, nothing else
+            roles[name].add_to_principal_policy(
+                iam.PolicyStatement(actions=["dynamodb:GetItem"], resources=[table.table_arn])
             )
 
         # dispatcher: the queue, the DLQ, and starting (or finding) a job's execution.

@@ -4,7 +4,8 @@
     Place ─> PlaceChoice ─ launch ─> Run (.waitForTaskToken, heartbeat) ─> FinalizeSucceeded ─┐
       ^          ├─ wait ──> WaitForCapacity ─> Place                                          │
       │          └─ fail ──> PlaceFailed ───────────────────────────────────────────────────────┤
-      │   Run catches: InsufficientInstanceCapacity ─> Place; JobCancelled ─> FinalizeCancelled;│
+      │   Run retries LaunchThrottled (with backoff), then, as InsufficientInstanceCapacity,    │
+      │   goes back to Place; JobCancelled ─> FinalizeCancelled;                                │
       │   SpotInterrupted | Migrating | InstanceLost | JobFailed | heartbeat/timeout ─> Recover;│
       │   anything else ─> FinalizeFailed                                                      │
       └── relaunch ─ RecoverChoice <─ Recover                                                   │
@@ -28,9 +29,11 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from spotrelay.config import (
+    ERROR_AWS_THROTTLED,
     ERROR_CANCELLED,
     ERROR_INSTANCE_LOST,
     ERROR_JOB_FAILED,
+    ERROR_LAUNCH_THROTTLED,
     ERROR_MIGRATING,
     ERROR_NO_CAPACITY,
     ERROR_SPOT_INTERRUPTED,
@@ -94,6 +97,29 @@ LAMBDA_SERVICE_ERRORS = (
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
 )
+# A task whose invocation the Lambda service fails (or our functions, all failing before their handlers
+# run: the control plane down) waits it out rather than fail the job: 1, 2, 4, ... 32 s, then every
+# SERVICE_RETRY_MAX_DELAY (60 s), SERVICE_RETRY_ATTEMPTS retries in all: 63 s + 54 x 60 s, 55 minutes
+# (SERVICE_RETRY_COVERS_SECONDS) of an outage, and back within a minute of its end. No JitterStrategy:
+# moto draws it from the process's global `random` (see the LaunchThrottled retry below), and the
+# executions retrying at once are few (one per job), not a fleet of clients.
+SERVICE_RETRY_INTERVAL = Duration.seconds(1)
+SERVICE_RETRY_BACKOFF = 2
+SERVICE_RETRY_MAX_DELAY = Duration.seconds(60)
+SERVICE_RETRY_ATTEMPTS = 60
+
+
+def service_retry_waits() -> list[float]:
+    """The waits before each retry of SERVICE_RETRY, in seconds, as Step Functions computes them."""
+    first, cap = SERVICE_RETRY_INTERVAL.to_seconds(), SERVICE_RETRY_MAX_DELAY.to_seconds()
+    return [min(first * SERVICE_RETRY_BACKOFF**n, cap) for n in range(SERVICE_RETRY_ATTEMPTS)]
+
+
+SERVICE_RETRY_COVERS_SECONDS = sum(service_retry_waits())
+# An AWS call of a task function throttled past the SDK's retries (spotrelay.aws.errors): 1, 2, 4, 8, 16,
+# then every 30 s, about two minutes in all, before the error counts as the step's failure
+THROTTLED_RETRY_ATTEMPTS = 8
+THROTTLED_RETRY_MAX_DELAY = Duration.seconds(30)
 CONFLICT_ERROR = "ConflictError"  # spotrelay.control.ports.ConflictError: a conditional write lost a race
 RECOVERABLE_RUN_ERRORS = (
     ERROR_SPOT_INTERRUPTED,
@@ -157,8 +183,9 @@ class JobLifecycle(Construct):
             result_path="$.finalized",
             retry_on_service_exceptions=False,
         )
+        self._retry_service_errors(finalize_task)
         finalize_task.add_retry(
-            errors=[*LAMBDA_SERVICE_ERRORS, CONFLICT_ERROR, sfn.Errors.TASKS_FAILED],
+            errors=[CONFLICT_ERROR, sfn.Errors.TASKS_FAILED],
             interval=Duration.seconds(1),
             backoff_rate=2,
             max_attempts=6,
@@ -215,8 +242,17 @@ class JobLifecycle(Construct):
             retry_on_service_exceptions=False,
         )
         # A throttled or failed *invocation* of launch is retried; what the worker reports is caught below.
+        self._retry_service_errors(run_task)
+        # EC2 throttled RunInstances (per account and Region, not per pool): launch again after 2, 4, 8, 16,
+        # 30 and 30 s (about 90 s in all), then go back to Place (the Catch below), which plans afresh.
+        # Never a failure of the job. No JitterStrategy yet: moto draws it from the process's global
+        # `random`, so a chaos seed that throttles a launch would no longer replay the same way.
         run_task.add_retry(
-            errors=list(LAMBDA_SERVICE_ERRORS), interval=Duration.seconds(1), backoff_rate=2, max_attempts=5
+            errors=[ERROR_LAUNCH_THROTTLED],
+            interval=Duration.seconds(2),
+            backoff_rate=2,
+            max_attempts=6,
+            max_delay=Duration.seconds(30),
         )
 
         # Recover: after an interruption, a lost instance or a failed run.
@@ -240,7 +276,7 @@ class JobLifecycle(Construct):
             .otherwise(recover_failed)
         )
 
-        run_task.add_catch(place_task, errors=[ERROR_NO_CAPACITY], result_path="$.error")
+        run_task.add_catch(place_task, errors=[ERROR_NO_CAPACITY, ERROR_LAUNCH_THROTTLED], result_path="$.error")
         run_task.add_catch(finalize_cancelled, errors=[ERROR_CANCELLED], result_path="$.error")
         run_task.add_catch(recover_task, errors=list(RECOVERABLE_RUN_ERRORS), result_path="$.error")
         run_task.add_catch(finalize_failed, errors=[sfn.Errors.ALL], result_path="$.error")
@@ -308,13 +344,28 @@ class JobLifecycle(Construct):
             result_path=result_path,
             retry_on_service_exceptions=False,
         )
+        self._retry_service_errors(task)
+        task.add_retry(errors=[CONFLICT_ERROR], interval=Duration.seconds(1), backoff_rate=2, max_attempts=5)
+        return task
+
+    @staticmethod
+    def _retry_service_errors(task: tasks.LambdaInvoke) -> None:
+        """The task's first Retries: its invocation failed by the Lambda service (SERVICE_RETRY_*), and an
+        AWS call of its function throttled (THROTTLED_RETRY_*; every step is idempotent)."""
         task.add_retry(
-            errors=[*LAMBDA_SERVICE_ERRORS, CONFLICT_ERROR],
+            errors=list(LAMBDA_SERVICE_ERRORS),
+            interval=SERVICE_RETRY_INTERVAL,
+            backoff_rate=SERVICE_RETRY_BACKOFF,
+            max_delay=SERVICE_RETRY_MAX_DELAY,
+            max_attempts=SERVICE_RETRY_ATTEMPTS,
+        )
+        task.add_retry(
+            errors=[ERROR_AWS_THROTTLED],
             interval=Duration.seconds(1),
             backoff_rate=2,
-            max_attempts=5,
+            max_delay=THROTTLED_RETRY_MAX_DELAY,
+            max_attempts=THROTTLED_RETRY_ATTEMPTS,
         )
-        return task
 
     def _failed_from(self, name: str, decision_path: str) -> sfn.Pass:
         return sfn.Pass.json_path(

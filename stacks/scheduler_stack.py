@@ -18,9 +18,12 @@ from spotrelay.config import (
     ENV_ALLOWED_FAMILIES,
     ENV_BLOCK_MINUTES,
     ENV_BUCKET,
+    ENV_BUCKET_ARN,
+    ENV_BUCKET_KEY_ARN,
     ENV_BUDGET_USD_PER_HOUR,
     ENV_DLQ_URL,
     ENV_HEARTBEAT_SECONDS,
+    ENV_JOB_ROLE_ARN,
     ENV_LAUNCH_TEMPLATE_ID,
     ENV_MAX_CONCURRENT_JOBS,
     ENV_QUEUE_URL,
@@ -28,12 +31,15 @@ from spotrelay.config import (
     ENV_STATE_MACHINE_ARN,
     ENV_SUBNETS,
     ENV_TABLE,
+    ENV_TABLE_ARN,
+    ENV_WORKER_ROLE_ARN,
 )
 from stacks.config import SpotRelayConfig
 from stacks.dashboard_construct import Dashboard
 from stacks.events_construct import REBALANCE_RECOMMENDATION, SPOT_INTERRUPTION, EventRules
 from stacks.functions_construct import TIMEOUTS, Functions
 from stacks.iam_construct import FunctionPermissions
+from stacks.job_credentials_construct import Deferred, JobCredentials
 from stacks.lifecycle_construct import JobLifecycle, state_machine_arn
 from stacks.network_construct import Network
 from stacks.queue_construct import JobQueue
@@ -58,6 +64,8 @@ class SchedulerStack(Stack):
         self.storage = Storage(self, "Storage", config=config)
         self.network = Network(self, "Network", config=config, flow_logs_bucket=self.storage.access_logs_bucket)
         self.job_queue = JobQueue(self, "JobQueue", dispatcher_timeout=TIMEOUTS["dispatcher"])
+        # Both ways between constructs: the workers' unit names vend, vend's environment names JobRole
+        vend_function_name, job_role_arn = Deferred(), Deferred()
         self.worker = Worker(
             self,
             "Worker",
@@ -65,7 +73,7 @@ class SchedulerStack(Stack):
             vpc=self.network.vpc,
             table=self.storage.table,
             bucket=self.storage.bucket,
-            bucket_key=self.storage.bucket_key,
+            vend_function_name=vend_function_name.token(),
         )
         self.functions = Functions(
             self,
@@ -86,9 +94,26 @@ class SchedulerStack(Stack):
                 ENV_BLOCK_MINUTES: str(config.block_minutes),
                 ENV_HEARTBEAT_SECONDS: str(config.heartbeat_seconds),
                 ENV_STATE_MACHINE_ARN: state_machine_arn(self),
+                ENV_WORKER_ROLE_ARN: self.worker.role.role_arn,
+                ENV_JOB_ROLE_ARN: job_role_arn.token(),
+                ENV_TABLE_ARN: self.storage.table.table_arn,
+                ENV_BUCKET_ARN: self.storage.bucket.bucket_arn,
+                ENV_BUCKET_KEY_ARN: self.storage.bucket_key.key_arn,
             },
         )
         functions = self.functions.functions
+        self.job_credentials = JobCredentials(
+            self,
+            "JobCredentials",
+            vend=functions["vend"],
+            vend_role=self.functions.roles["vend"],
+            worker_role=self.worker.role,
+            table=self.storage.table,
+            bucket=self.storage.bucket,
+            bucket_key=self.storage.bucket_key,
+        )
+        vend_function_name.value = functions["vend"].function_name
+        job_role_arn.value = self.job_credentials.job_role.role_arn
         self.lifecycle = JobLifecycle(
             self,
             "JobLifecycle",

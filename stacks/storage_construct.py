@@ -19,10 +19,11 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from spotrelay.control.vend import CHECKPOINT_PREFIX as JOB_CHECKPOINT_PREFIX
 from stacks.config import SpotRelayConfig
 from stacks.suppressions import acknowledge
 
-CHECKPOINT_PREFIX = "jobs/"
+CHECKPOINT_PREFIX = JOB_CHECKPOINT_PREFIX  # jobs/: the prefix job credentials are scoped within
 AGENT_PREFIX = "agent/"
 TTL_ATTRIBUTE = "expires_at"
 GSI1 = "gsi1"

@@ -4,9 +4,11 @@ The launch function picks the instance type, subnet and market per attempt and t
 (`spotrelay:managed`, job id, attempt); everything else comes from this template:
 - the Deep Learning AMI (PyTorch, Amazon Linux 2023) from its public SSM parameter, resolved by
   CloudFormation at deploy time (a CloudFormation parameter), never looked up at synth;
-- IMDSv2 only, hop limit 2 (the job's container reaches IMDS through one more hop), instance tags
-  in IMDS: that is how the agent learns its job id and attempt - user data carries no job data and
-  no secret;
+- IMDSv2 only, hop limit 1 (a job's container, one hop further, gets no answer; the job's own user
+  is rejected by an iptables rule), instance tags in IMDS: that is how the agent learns its job id and
+  attempt - user data carries no job data and no secret;
+- the instance role reaches no job's data: the agent reads the wheel, writes its logs, and invokes
+  vend for its own job's credentials (spotrelay.control.vend); the job runs as `spotrelay-job`;
 - an encrypted gp3 root volume; shutdown from inside the instance terminates it;
 - a security group with no inbound rule (operators use SSM Session Manager, not SSH).
 """
@@ -17,25 +19,18 @@ from aws_cdk import Aws, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from spotrelay.agent import AGENT_UNIT_NAME, systemd_unit
-from spotrelay.config import ENV_AGENT_LOG_GROUP, ENV_BUCKET, ENV_TABLE
+from spotrelay.agent import AGENT_UNIT_NAME, JOB_USER, systemd_unit
+from spotrelay.config import ENV_AGENT_LOG_GROUP, ENV_BUCKET, ENV_TABLE, ENV_VEND_FUNCTION
 from stacks.config import SpotRelayConfig
-from stacks.storage_construct import AGENT_PREFIX, CHECKPOINT_PREFIX
+from stacks.storage_construct import AGENT_PREFIX
 from stacks.suppressions import acknowledge, acknowledge_wildcard_resources
 
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 AMIs
 AGENT_UNIT = AGENT_UNIT_NAME
-TASK_TOKEN_ACTIONS = ("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat")
-TASK_TOKEN_REASON = (
-    "SendTaskSuccess/SendTaskFailure/SendTaskHeartbeat take a task token, not a resource: Step Functions "
-    "supports no resource-level permission for them, so their Resource must be '*'. The statement holds "
-    "only task-token actions, and a caller needs a live token of one of our executions to use them."
-)
 
 
 def agent_log_group_name(stack_name: str) -> str:
@@ -56,7 +51,7 @@ class Worker(Construct):
         vpc: ec2.IVpc,
         table: dynamodb.ITable,
         bucket: s3.IBucket,
-        bucket_key: kms.IKey,
+        vend_function_name: str,
     ) -> None:
         super().__init__(scope, id)
         self.security_group = ec2.SecurityGroup(
@@ -77,7 +72,7 @@ class Worker(Construct):
             self,
             "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description="spotrelay worker: its job's checkpoints, its records, its task token, its logs",
+            description="spotrelay worker: the agent wheel, its logs, SSM, and invoking vend for its job's credentials",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
         )
         acknowledge(
@@ -86,7 +81,7 @@ class Worker(Construct):
             "Session Manager is how operators reach a worker (no SSH key, no inbound port); AWS maintains this "
             "policy's SSM agent permissions as the agent evolves, which a hand-written copy would not track.",
         )
-        self._grant_worker_permissions(table=table, bucket=bucket, bucket_key=bucket_key)
+        self._grant_worker_permissions(bucket=bucket)
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
 
         image = ec2.MachineImage.from_ssm_parameter(config.worker_ami_ssm_parameter, os=ec2.OperatingSystemType.LINUX)
@@ -95,12 +90,15 @@ class Worker(Construct):
             self,
             "LaunchTemplate",
             machine_image=image,
-            user_data=_agent_user_data(table=table, bucket=bucket, log_group=self.log_group),
+            user_data=_agent_user_data(
+                table=table, bucket=bucket, log_group=self.log_group, vend_function_name=vend_function_name
+            ),
             instance_profile=self.instance_profile,
             security_group=self.security_group,
             http_endpoint=True,
             http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
-            http_put_response_hop_limit=2,
+            # 1: a container (one more hop, through docker's bridge) gets no answer from IMDS
+            http_put_response_hop_limit=1,
             instance_metadata_tags=True,
             instance_initiated_shutdown_behavior=ec2.InstanceInitiatedShutdownBehavior.TERMINATE,
             block_devices=[
@@ -120,29 +118,9 @@ class Worker(Construct):
             raise ValueError("the worker launch template has no id")
         self.launch_template_id: str = self.launch_template.launch_template_id
 
-    def _grant_worker_permissions(self, *, table: dynamodb.ITable, bucket: s3.IBucket, bucket_key: kms.IKey) -> None:
-        # The role reaches every job's prefix under jobs/; each worker confines itself to its own job's
-        # prefix (jobs/<job_id>/, the job id read from its instance tags). IAM cannot narrow it further:
-        # instance tags are not available as policy variables for an instance profile's session.
-        objects = iam.PolicyStatement(
-            # AbortMultipartUpload: a checkpoint upload cancelled by the interruption notice cleans up its parts
-            actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
-            resources=[bucket.arn_for_objects(f"{CHECKPOINT_PREFIX}*")],
-        )
-        self.role.add_to_principal_policy(objects)
-        acknowledge_wildcard_resources(
-            self.role,
-            objects,
-            "Checkpoint keys are jobs/<job_id>/checkpoints/<attempt>-<seq>/...: new keys on every checkpoint, "
-            "so the resource is the jobs/ prefix; the agent only writes under its own job's prefix.",
-        )
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{CHECKPOINT_PREFIX}*"]}},
-            )
-        )
+    def _grant_worker_permissions(self, *, bucket: s3.IBucket) -> None:
+        # Nothing of any job: the agent gets its own job's credentials from the vend function
+        # (stacks/job_credentials_construct grants the invoke). The role keeps what the instance itself needs.
         wheel = iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{AGENT_PREFIX}*")])
         self.role.add_to_principal_policy(wheel)
         acknowledge_wildcard_resources(
@@ -151,28 +129,21 @@ class Worker(Construct):
             "User data installs the agent from the wheel(s) under agent/, whose file names carry their "
             "versions; read-only, and only that prefix.",
         )
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[bucket_key.key_arn])
-        )
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
-                resources=[table.table_arn],
-            )
-        )
-        task_tokens = iam.PolicyStatement(actions=list(TASK_TOKEN_ACTIONS), resources=["*"])
-        self.role.add_to_principal_policy(task_tokens)
-        acknowledge_wildcard_resources(self.role, task_tokens, TASK_TOKEN_REASON)
         self.log_group.grant_write(self.role)
 
 
-def _agent_user_data(*, table: dynamodb.ITable, bucket: s3.IBucket, log_group: logs.ILogGroup) -> ec2.UserData:
-    """Install the agent from the bucket's agent/ wheel and run it as a systemd unit."""
+def _agent_user_data(
+    *, table: dynamodb.ITable, bucket: s3.IBucket, log_group: logs.ILogGroup, vend_function_name: str
+) -> ec2.UserData:
+    """Create the job's user, install the agent from the bucket's agent/ wheel and run it as a systemd unit
+    (which keeps the job's user away from IMDS: spotrelay.agent.systemd_unit)."""
     user_data = ec2.UserData.for_linux()
     user_data.add_commands(
         "set -euo pipefail",
         "# The job id and attempt are this instance's tags; the agent reads them from IMDS. No secrets here.",
-        "dnf install -y -q python3.11",
+        "dnf install -y -q python3.11 iptables-nft",
+        # The job runs as this user: no sudo, no docker group, no way to IMDS (the unit's iptables rule)
+        f"id -u {JOB_USER} >/dev/null 2>&1 || useradd --system --create-home --shell /sbin/nologin {JOB_USER}",
         "install -d -m 0755 /opt/spotrelay/wheels",
         f'aws s3 cp --recursive --only-show-errors "s3://{bucket.bucket_name}/{AGENT_PREFIX}" /opt/spotrelay/wheels/',
         "python3.11 -m venv /opt/spotrelay/venv",
@@ -187,6 +158,7 @@ def _agent_user_data(*, table: dynamodb.ITable, bucket: s3.IBucket, log_group: l
                 ENV_TABLE: table.table_name,
                 ENV_BUCKET: bucket.bucket_name,
                 ENV_AGENT_LOG_GROUP: log_group.log_group_name,
+                ENV_VEND_FUNCTION: vend_function_name,
                 "AWS_REGION": Aws.REGION,
             }
         ).splitlines(),

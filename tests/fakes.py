@@ -198,12 +198,16 @@ class FakeJobStore(FaultInjection):
 
 
 class FakeCompute(FaultInjection):
-    """`prices[(type, zone)] = usd`; `refuse[pool] = "InsufficientInstanceCapacity"` makes launches there
-    raise LaunchRefused; `set_state(instance_id, "terminated")` plays EC2's part."""
+    """`prices[(type, zone)] = usd` (a price that always held), `price_changes[(type, zone)] = [(since, usd),
+    ...]` (a series: each price from its time on, over `prices`); `refuse[pool] = "InsufficientInstanceCapacity"`
+    makes launches there raise LaunchRefused; `set_state(instance_id, "terminated")` plays EC2's part.
+    `history_requests` lists every spot_price_history call (pool, start, end)."""
 
     def __init__(self, prices: dict[tuple[str, str], float] | None = None) -> None:
         super().__init__()
         self.prices: dict[tuple[str, str], float] = dict(prices or {})
+        self.price_changes: dict[tuple[str, str], list[tuple[datetime, float]]] = {}
+        self.history_requests: list[tuple[Pool, datetime, datetime]] = []
         self.refuse: dict[Pool, str] = {}
         self.instances: dict[str, InstanceState] = {}
         self.launches: list[LaunchRequest] = []  # every request that got an instance, repeats included
@@ -211,13 +215,35 @@ class FakeCompute(FaultInjection):
         self._by_token: dict[str, str] = {}
         self._ids = itertools.count(1)
 
+    def _changes(self, key: tuple[str, str]) -> list[tuple[datetime, float]]:
+        return sorted(self.price_changes.get(key, []), key=lambda change: change[0])
+
+    def _price_at(self, key: tuple[str, str], when: datetime) -> float | None:
+        in_effect = [usd for at, usd in self._changes(key) if at <= when]
+        return in_effect[-1] if in_effect else self.prices.get(key)
+
     def spot_prices(self, instance_types: Sequence[str], zones: Sequence[str], now: datetime) -> list[PriceQuote]:
         self._maybe_fail("spot_prices")
-        return [
-            PriceQuote(pool=Pool(instance_type=itype, availability_zone=zone), usd_per_hour=price, timestamp=now)
-            for (itype, zone), price in sorted(self.prices.items())
-            if itype in instance_types and (not zones or zone in zones)
-        ]
+        quotes = []
+        for itype, zone in sorted({*self.prices, *self.price_changes}):
+            price = self._price_at((itype, zone), now)
+            if price is not None and itype in instance_types and (not zones or zone in zones):
+                pool = Pool(instance_type=itype, availability_zone=zone)
+                quotes.append(PriceQuote(pool=pool, usd_per_hour=price, timestamp=now))
+        return quotes
+
+    def spot_price_history(self, pool: Pool, start: datetime, end: datetime) -> list[PriceQuote]:
+        """As EC2 answers: the price in effect at `start`, stamped when it took effect (`start` for a price
+        that always held), then each change in (start, end]."""
+        self._maybe_fail("spot_price_history")
+        self.history_requests.append((pool, start, end))
+        key = (pool.instance_type, pool.availability_zone)
+        changes = self._changes(key)
+        first = self._price_at(key, start)
+        since = max((at for at, _ in changes if at <= start), default=start)
+        window = [*([(since, first)] if first is not None else []), *((a, u) for a, u in changes if start < a <= end)]
+        spot = Pool(instance_type=pool.instance_type, availability_zone=pool.availability_zone, market=Market.SPOT)
+        return [PriceQuote(pool=spot, usd_per_hour=usd, timestamp=at) for at, usd in window]
 
     def launch(self, request: LaunchRequest) -> str:
         self._maybe_fail("launch")

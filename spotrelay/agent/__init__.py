@@ -22,15 +22,25 @@ choices, and why:
   the system's final kill reaches every process.
 - `TimeoutStopSec=150`: a stop (the instance shutting down) lets a final checkpoint finish.
 - No secrets: the unit carries the table and bucket names (and the region); the job id and attempt
-  come from the instance's tags in IMDS, the task token from the attempt record in DynamoDB.
+  come from the instance's tags in IMDS, the task token from the attempt record in DynamoDB, read
+  with the job's own credentials from the Vend function (`SPOTRELAY_VEND_FUNCTION`).
+- The agent runs as root; the job as `JOB_USER` (created by user data; `--job-user`, and the agent
+  refuses to start without that user). `ExecStartPre` rejects that
+  user's packets to IMDS (an iptables owner match, put back on every start, a reboot included), and
+  `StateDirectoryMode=0700` keeps the agent's state out of the job's reach.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 AGENT_UNIT_NAME = "spotrelay-agent.service"
-AGENT_EXEC_START = "/opt/spotrelay/venv/bin/spotrelay agent"
+JOB_USER = "spotrelay-job"  # the unprivileged user the job runs as on an instance
+AGENT_EXEC_START = f"/opt/spotrelay/venv/bin/spotrelay agent --job-user {JOB_USER}"
+IMDS_ADDRESS = "169.254.169.254"
+_IMDS_RULE = f"OUTPUT -d {IMDS_ADDRESS}/32 -m owner --uid-owner {JOB_USER} -j REJECT"
+# Checked first, so a restart does not add it twice; fails the start (and the agent) if it cannot be put in.
+IMDS_GUARD = f"/bin/sh -c 'iptables -C {_IMDS_RULE} 2>/dev/null || iptables -I {_IMDS_RULE}'"
 
 SYSTEMD_UNIT_TEMPLATE = """\
 [Unit]
@@ -40,12 +50,13 @@ After=network-online.target docker.service
 
 [Service]
 Type=simple
-{environment}ExecStart={exec_start}
+{environment}{exec_start_pre}ExecStart={exec_start}
 Restart=on-failure
 RestartSec=5
 KillMode=process
 TimeoutStopSec=150
 StateDirectory=spotrelay
+StateDirectoryMode=0700
 Environment=PYTHONUNBUFFERED=1
 StandardOutput=journal
 StandardError=journal
@@ -55,7 +66,10 @@ WantedBy=multi-user.target
 """
 
 
-def systemd_unit(environment: Mapping[str, str], exec_start: str = AGENT_EXEC_START) -> str:
+def systemd_unit(
+    environment: Mapping[str, str], exec_start: str = AGENT_EXEC_START, exec_start_pre: Sequence[str] = (IMDS_GUARD,)
+) -> str:
     """The agent's systemd unit, with `Environment=NAME=value` lines (table, bucket, region)."""
     lines = "".join(f"Environment={name}={value}\n" for name, value in sorted(environment.items()))
-    return SYSTEMD_UNIT_TEMPLATE.format(environment=lines, exec_start=exec_start)
+    pre = "".join(f"ExecStartPre={command}\n" for command in exec_start_pre)
+    return SYSTEMD_UNIT_TEMPLATE.format(environment=lines, exec_start_pre=pre, exec_start=exec_start)

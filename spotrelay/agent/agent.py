@@ -102,6 +102,7 @@ from spotrelay.agent.logs import JobLogger
 from spotrelay.agent.runner import (
     JobHandle,
     JobRunner,
+    JobUser,
     JobVanished,
     Runner,
     container_name,
@@ -214,6 +215,7 @@ class AgentSettings(BaseModel):
     refresh_after: timedelta | None = DEFAULT_REFRESH_AFTER
     log_tail_lines: int = Field(default=20, ge=0)
     kill_wait_seconds: float = Field(default=10.0, gt=0)
+    job_user: JobUser | None = Field(default=None, description="who the job runs as (None: as the agent)")
 
 
 class AgentResult(BaseModel):
@@ -292,6 +294,14 @@ class _OutputTail:
             self.partial = b""
 
 
+def give_to(directory: Path, user: JobUser, chown: Callable[..., None] = os.chown) -> None:
+    """Make the checkpoint dir (and what a restore put there) the job user's; symlinks are not followed."""
+    chown(directory, user.uid, user.gid, follow_symlinks=False)
+    for root, dirnames, filenames in os.walk(directory, followlinks=False):
+        for name in (*dirnames, *filenames):
+            chown(os.path.join(root, name), user.uid, user.gid, follow_symlinks=False)
+
+
 # --- the agent --------------------------------------------------------------------------------------
 
 
@@ -316,7 +326,7 @@ class Agent:
         self.tokens = tokens
         self.metadata = metadata
         self.settings = settings or AgentSettings()
-        self.runner: Runner = runner or JobRunner()
+        self.runner: Runner = runner or JobRunner(user=self.settings.job_user)
         self.clock = clock
         self.log = JobLogger(job_id, attempt)
         self.state_file = StateFile(self.settings.state_dir, job_id, attempt)
@@ -569,6 +579,9 @@ class Agent:
         run = self.spec.run
         checkpoint_dir = self.checkpointer.dir
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        user = self.settings.job_user
+        if user is not None:
+            give_to(checkpoint_dir, user)
         env = job_environment(
             run,
             job_id=self.job_id,
@@ -576,8 +589,9 @@ class Agent:
             checkpoint_dir=checkpoint_dir,
             resumed=resumed,
             progress_file=checkpoint_dir / PROGRESS_FILE_NAME,
+            user=user,
         )
-        argv = job_command(run, job_id=self.job_id, attempt=self.attempt, checkpoint_dir=checkpoint_dir)
+        argv = job_command(run, job_id=self.job_id, attempt=self.attempt, checkpoint_dir=checkpoint_dir, user=user)
         exit_file, log_file = self.state_file.job_files()
         job = self.runner.start(
             argv,

@@ -4,8 +4,14 @@ Identity: `--job-id`/`--attempt`, or the instance's tags `spotrelay:job-id` / `s
 read from IMDS (the launch template enables instance tags in metadata). Names: `--bucket`/`--table`
 or `SPOTRELAY_BUCKET`/`SPOTRELAY_TABLE` (the unit's environment; not secrets). Region: `--region`,
 `AWS_REGION`/`AWS_DEFAULT_REGION`, else IMDS `placement/region`. The task token is read from the
-attempt record in DynamoDB, never from user data. Credentials are the instance profile's (boto3's
-default chain); `AWS_ENDPOINT_URL` points every client at another endpoint (moto in tests). Logs:
+attempt record in DynamoDB, never from user data. Credentials: with `--vend-function`
+(`SPOTRELAY_VEND_FUNCTION`, the unit's), the job's own, from the vend function (spotrelay.aws.vend;
+asked again for a minute or two while Launch has not recorded the instance yet, and refreshed by botocore
+before they expire) for DynamoDB, S3 and Step Functions; the instance profile's (boto3's default chain)
+for the log lines and for asking vend. Without it, the default chain for everything (local runs).
+`AWS_ENDPOINT_URL` points every client at another endpoint (moto in tests). With `--job-user` (the
+unit's `spotrelay-job`) an agent running as root runs the job as that user, and refuses to start if
+there is no such user; an agent that is not root runs the job as itself. Logs:
 JSON lines on stdout, and with `--log-group` (`SPOTRELAY_AGENT_LOG_GROUP`) in CloudWatch Logs as well,
 in the attempt's stream (spotrelay.agent.logs).
 """
@@ -14,11 +20,13 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,6 +39,7 @@ from spotrelay.agent.logs import (
     configure_json_logging,
     ship_to_cloudwatch,
 )
+from spotrelay.agent.runner import JobUser
 from spotrelay.agent.state import DEFAULT_STATE_DIR
 from spotrelay.clock import SYSTEM_CLOCK, WaitingClock
 from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
@@ -40,6 +49,7 @@ if TYPE_CHECKING:
     from botocore.config import Config
 
 IDENTITY_WAIT_SECONDS = 60.0
+CREDENTIALS_WAIT_SECONDS = 120.0
 
 
 class AgentOptions(BaseModel):
@@ -59,10 +69,48 @@ class AgentOptions(BaseModel):
     checkpoint_dir: Path | None = None
     previous_checkpoint_wait_seconds: float = 150.0
     log_group: str | None = None  # CloudWatch Logs group for the agent's lines (spotrelay.agent.logs)
+    vend_function: str | None = None  # where the job's credentials come from (None: the default chain)
+    job_user: str | None = None  # who the job runs as, when the agent is root (the unit: JOB_USER)
 
 
 class IdentityError(Exception):
     pass
+
+
+def resolve_job_user(
+    name: str | None, *, geteuid: Callable[[], int] = os.geteuid, getpwnam: Callable[[str], Any] = pwd.getpwnam
+) -> JobUser | None:
+    """The job's user when the agent is root; None otherwise (nothing to drop). Raises IdentityError if the
+    agent is root and the user does not exist (a job must not run as root by accident)."""
+    if name is None or geteuid() != 0:
+        return None
+    try:
+        entry = getpwnam(name)
+    except KeyError:
+        raise IdentityError(f"no user {name!r} to run the job as (user data creates it)") from None
+    if entry.pw_uid == 0:
+        raise IdentityError(f"the job user {name!r} is root")
+    return JobUser(name=name, uid=entry.pw_uid, gid=entry.pw_gid, home=entry.pw_dir)
+
+
+def wait_for_credentials(
+    fetch: Callable[[], dict[str, str]],
+    wait_seconds: float = CREDENTIALS_WAIT_SECONDS,
+    clock: WaitingClock = SYSTEM_CLOCK,
+) -> dict[str, str]:
+    """The job's first credentials from vend, asked again while it says "not yet" (or cannot be reached)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from spotrelay.control.vend import VendNotYet
+
+    deadline = clock.monotonic() + wait_seconds
+    while True:
+        try:
+            return fetch()
+        except (VendNotYet, BotoCoreError, ClientError):
+            if clock.monotonic() >= deadline:
+                raise
+        clock.sleep(5.0)
 
 
 def identity_from_tags(
@@ -100,6 +148,11 @@ def run_agent(options: AgentOptions) -> int:
             logging.getLogger("spotrelay.agent").error("no job identity", extra={"error": str(e)})
             return 2
     log = JobLogger(job_id, attempt)
+    try:
+        job_user = resolve_job_user(options.job_user)
+    except IdentityError as e:
+        log.error("not starting the job", extra={"reason": str(e)})
+        return 2
     region = options.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region is None:
         try:
@@ -120,10 +173,43 @@ def run_agent(options: AgentOptions) -> int:
         except ImportError as e:  # an agent installed without the [agent] extra still runs the job
             log.warning("log lines stay in the journal: no watchtower", extra={"error": str(e)})
     try:
-        return _run(options, log, imds, job_id, attempt, region, session, config)
+        job_session = _job_session(options, log, region, session, config)
+        if job_session is None:
+            return 1
+        return _run(options, log, imds, job_id, attempt, region, job_session, config, job_user)
     finally:
         if shipper is not None:
             shipper.close()  # what is still queued goes out before the agent exits
+
+
+def _job_session(
+    options: AgentOptions, log: JobLogger, region: str | None, session: boto3.session.Session, config: Config
+) -> boto3.session.Session | None:
+    """The session the job's records, checkpoints and task token are reached with (None: refused)."""
+    if options.vend_function is None:
+        return session
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from spotrelay.aws.vend import VendClient, vended_session
+    from spotrelay.control.vend import VendRefused
+
+    if region is None:
+        log.error("no region: cannot ask vend for the job's credentials")
+        return None
+    vend = VendClient(
+        instance_session=session,
+        lambda_client=session.client("lambda", config=config),
+        function_name=options.vend_function,
+        region=region,
+        sts_endpoint_url=os.environ.get("AWS_ENDPOINT_URL"),
+    )
+    try:
+        first = wait_for_credentials(vend.fetch)
+    except (VendRefused, BotoCoreError, ClientError) as e:
+        log.error("no credentials for the job", extra={"refusal": type(e).__name__, "error": str(e)[:500]})
+        return None
+    log.info("job credentials vended", extra={"expires": first.get("expiry_time")})
+    return vended_session(vend.fetch, region, first, models_from=session)
 
 
 def _run(
@@ -135,6 +221,7 @@ def _run(
     region: str | None,
     session: boto3.session.Session,
     config: Config,
+    job_user: JobUser | None,
 ) -> int:
     from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
     from spotrelay.aws.checkpoints import S3CheckpointStorage
@@ -155,6 +242,7 @@ def _run(
             standby_wait_seconds=options.standby_wait_seconds,
             checkpoint_dir=options.checkpoint_dir,
             previous_checkpoint_wait_seconds=options.previous_checkpoint_wait_seconds,
+            job_user=job_user,
         ),
     )
 

@@ -5,9 +5,16 @@ A job is `run.command` through `/bin/sh -c`, or a container: `docker run --rm --
 checkpoint dir is mounted at the same path; `-e NAME` passes each variable by name, so values stay
 out of the process list; `--init` gives the container a PID 1 that forwards SIGTERM).
 
-The environment is the agent's plus the spec's `run.env`, plus `SPOTRELAY_JOB_ID`,
+The environment is the agent's without any AWS credential or credential source
+(`AWS_CREDENTIAL_VARIABLES`), plus the spec's `run.env`, plus `SPOTRELAY_JOB_ID`,
 `SPOTRELAY_ATTEMPT`, `SPOTRELAY_CHECKPOINT_DIR`, `SPOTRELAY_RESUMED` (1 when a checkpoint was
 restored, else 0) and `SPOTRELAY_PROGRESS_FILE` (where the job may write its progress).
+
+With a `JobUser` (the agent runs as root on an instance: `spotrelay-job`), the job runs as that user:
+the supervisor (root, so that it can write the exit file in the agent's state dir) starts the command
+with that uid and gid and no supplementary groups; a container's docker CLI stays root (the docker
+socket is root's) and the container runs `--user uid:gid`. The agent gives the checkpoint dir to the
+user before the job starts. Without one (the agent is not root: local runs, tests) nothing changes.
 
 The job runs under `spotrelay.agent.supervise` in a new session (its own process group), with stdout
 and stderr appended to a log file the agent tails. A notice sends SIGTERM to the whole group, then
@@ -30,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from spotrelay.models import RunSpec
 
@@ -40,6 +47,41 @@ ENV_CHECKPOINT_DIR = "SPOTRELAY_CHECKPOINT_DIR"
 ENV_RESUMED = "SPOTRELAY_RESUMED"
 ENV_PROGRESS_FILE = "SPOTRELAY_PROGRESS_FILE"
 KILLED_EXIT_CODE = -signal.SIGKILL
+# Never inherited by the job: the agent's credentials are not the job's to use.
+AWS_CREDENTIAL_VARIABLES = frozenset(
+    {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+        "AWS_ROLE_SESSION_NAME",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    }
+)
+
+
+class JobUser(BaseModel):
+    """Who the job runs as (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    uid: int = Field(ge=1)  # never root
+    gid: int = Field(ge=1)
+    home: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.uid}:{self.gid}"
 
 
 class JobVanished(Exception):
@@ -59,8 +101,12 @@ def job_environment(
     resumed: bool,
     progress_file: Path,
     base: Mapping[str, str] | None = None,
+    user: JobUser | None = None,
 ) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
+    inherited = os.environ if base is None else base
+    env = {name: value for name, value in inherited.items() if name not in AWS_CREDENTIAL_VARIABLES}
+    if user is not None:
+        env.update({"HOME": user.home, "USER": user.name, "LOGNAME": user.name})
     env.update(run.env)
     env.update(
         {
@@ -74,7 +120,9 @@ def job_environment(
     return env
 
 
-def job_command(run: RunSpec, *, job_id: str, attempt: int, checkpoint_dir: Path) -> list[str]:
+def job_command(
+    run: RunSpec, *, job_id: str, attempt: int, checkpoint_dir: Path, user: JobUser | None = None
+) -> list[str]:
     """The argv that runs the job (see the module docstring)."""
     if run.image is None:
         assert run.command is not None  # RunSpec requires one of them
@@ -85,6 +133,7 @@ def job_command(run: RunSpec, *, job_id: str, attempt: int, checkpoint_dir: Path
         "run",
         "--rm",
         "--init",
+        *(["--user", user.spec] if user is not None else []),
         "--gpus",
         "all",
         "--name",
@@ -237,10 +286,16 @@ class Runner(Protocol):
 
 
 class JobRunner:
-    """Starts jobs under the supervisor, and re-attaches to them."""
+    """Starts jobs under the supervisor (as `user`, if given), and re-attaches to them."""
 
-    def __init__(self, python: str = sys.executable) -> None:
+    def __init__(self, python: str = sys.executable, user: JobUser | None = None) -> None:
         self.python = python
+        self.user = user
+
+    def supervisor_argv(self, argv: list[str], exit_file: Path, container: str | None) -> list[str]:
+        # A container's docker CLI needs root's socket: its `--user` is in the docker argv instead
+        drop = ["--user", self.user.spec] if self.user is not None and container is None else []
+        return [self.python, "-m", "spotrelay.agent.supervise", str(exit_file), *drop, "--", *argv]
 
     def start(
         self,
@@ -257,7 +312,7 @@ class JobRunner:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with log_file.open("ab") as log:
             child = subprocess.Popen(
-                [self.python, "-m", "spotrelay.agent.supervise", str(exit_file), "--", *argv],
+                self.supervisor_argv(argv, exit_file, container),
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -1,4 +1,7 @@
-"""The job's supervisor: `python -m spotrelay.agent.supervise EXIT_FILE -- COMMAND...`.
+"""The job's supervisor: `python -m spotrelay.agent.supervise EXIT_FILE [--user UID:GID] -- COMMAND...`.
+
+With `--user`, COMMAND runs as that uid and gid with no supplementary groups (the supervisor itself
+stays as it was started, root on an instance, to write EXIT_FILE where the agent keeps its state).
 
 A small process between the agent and the job, so that the job's exit status outlives the agent:
 it leads the job's process group, runs COMMAND as its child, waits for it and writes
@@ -95,15 +98,38 @@ def write_exit_file(path: str, exit_code: int) -> None:
     os.replace(tmp, path)
 
 
+USAGE = "usage: python -m spotrelay.agent.supervise EXIT_FILE [--user UID:GID] -- COMMAND...\n"
+
+
+def parse_arguments(argv: list[str]) -> tuple[str, tuple[int, int] | None, list[str]] | None:
+    """(exit file, (uid, gid) or None, command), or None if `argv` is not `EXIT_FILE [--user U:G] -- CMD...`."""
+    if len(argv) >= 5 and argv[1] == "--user" and argv[3] == "--":
+        uid, _, gid = argv[2].partition(":")
+        if not (uid.isdigit() and gid.isdigit()) or int(uid) == 0:
+            return None
+        return argv[0], (int(uid), int(gid)), argv[4:]
+    if len(argv) >= 3 and argv[1] == "--":
+        return argv[0], None, argv[2:]
+    return None
+
+
+def start_job(command: list[str], user: tuple[int, int] | None) -> subprocess.Popen[bytes]:
+    if user is None:
+        return subprocess.Popen(command)
+    uid, gid = user
+    return subprocess.Popen(command, user=uid, group=gid, extra_groups=[])
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--":
-        sys.stderr.write("usage: python -m spotrelay.agent.supervise EXIT_FILE -- COMMAND...\n")
+    parsed = parse_arguments(argv)
+    if parsed is None:
+        sys.stderr.write(USAGE)
         return 2
-    exit_file, command = argv[0], argv[2:]
+    exit_file, user, command = parsed
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _on_term)
     try:
-        job = subprocess.Popen(command)
+        job = start_job(command, user)
     except OSError as e:
         sys.stderr.write(f"spotrelay: cannot start the job: {e}\n")
         write_exit_file(exit_file, 127)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, cast
 from botocore.exceptions import ClientError
 
 from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID, TAG_JOB_NAME, TAG_MANAGED
+from spotrelay.control.lifecycle import LaunchThrottled
 from spotrelay.control.ports import InstanceState, LaunchRefused, LaunchRequest
 from spotrelay.models import Market, Pool, PriceQuote
 
@@ -47,9 +48,17 @@ LAUNCH_REFUSAL_CODES = frozenset(
         "VcpuLimitExceeded",
     }
 )
+# RunInstances errors that mean "too many calls now", not "no capacity": EC2 meters each API per account
+# and Region with token buckets and answers RequestLimitExceeded past them, the resource-rate buckets of
+# RunInstances included (EC2 Developer Guide, Request throttling for the Amazon EC2 API). No pool is blocked.
+THROTTLING_CODES = frozenset({"RequestLimitExceeded"})
 NOT_FOUND = "InvalidInstanceID.NotFound"
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
 PRICE_TYPES_PER_CALL = 50
+# An attempt's price series (DescribeSpotPriceHistory answers newest first): bounded, the oldest beyond it
+# left to the attempt's launch price (spotrelay.models.billing). EC2 keeps 90 days; its spot prices change
+# a few times a day at most.
+MAX_PRICE_HISTORY_ENTRIES = 10_000
 _INSTANCE_ID = re.compile(r"\bi-[0-9a-f]+\b")
 
 
@@ -109,6 +118,34 @@ class Ec2Compute:
             for (itype, zone), (stamp, price) in sorted(latest.items())
         ]
 
+    def spot_price_history(self, pool: Pool, start: datetime, end: datetime) -> list[PriceQuote]:
+        # "When you specify a start and end time, the operation returns the prices of the instance types within
+        # that time range. It also returns the last price change before the start time, which is the effective
+        # price as of the start time." (Amazon EC2 API Reference, DescribeSpotPriceHistory,
+        # https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeSpotPriceHistory.html)
+        end = max(start, end)
+        pages = self.client.get_paginator("describe_spot_price_history").paginate(
+            InstanceTypes=[cast("InstanceTypeType", pool.instance_type)],
+            ProductDescriptions=["Linux/UNIX"],
+            StartTime=start,
+            EndTime=end,
+            Filters=[{"Name": "availability-zone", "Values": [pool.availability_zone]}],
+            PaginationConfig={"MaxItems": MAX_PRICE_HISTORY_ENTRIES},
+        )
+        spot = Pool(instance_type=pool.instance_type, availability_zone=pool.availability_zone, market=Market.SPOT)
+        found: list[tuple[datetime, float]] = []
+        for page in pages:
+            for entry in page.get("SpotPriceHistory", []):
+                if (entry.get("InstanceType"), entry.get("AvailabilityZone")) != (
+                    pool.instance_type,
+                    pool.availability_zone,
+                ) or "SpotPrice" not in entry:
+                    continue
+                stamp = entry.get("Timestamp", start).astimezone(UTC)
+                if stamp <= end:
+                    found.append((stamp, float(entry["SpotPrice"])))
+        return [PriceQuote(pool=spot, usd_per_hour=price, timestamp=stamp) for stamp, price in sorted(found)]
+
     # --- launch -------------------------------------------------------------------------------------
 
     def launch(self, request: LaunchRequest) -> str:
@@ -153,6 +190,8 @@ class Ec2Compute:
             code = _error_code(e)
             if code in LAUNCH_REFUSAL_CODES:
                 raise LaunchRefused(code, e.response.get("Error", {}).get("Message", "")) from e
+            if code in THROTTLING_CODES:
+                raise LaunchThrottled(code, e.response.get("Error", {}).get("Message", "")) from e
             raise
         instance_id = reservation["Instances"][0]["InstanceId"]
         logger.info(

@@ -171,7 +171,9 @@ class JobStatus:
         return sum(a.cost(now) for a in self.live())
 
     def cost(self, now: datetime) -> float:
-        """Every attempt's instance hours at its price, the live ones up to `now`."""
+        """Every attempt's bill (`Attempt.cost`, the replay's report counts the same): the prices in effect
+        until its instance's end once that end is reported and settled, before that its hours so far (the
+        live ones up to `now`) at its launch price."""
         return sum(a.cost(now) for a in self.attempts)
 
     def on_demand_cost(self, now: datetime) -> float:

@@ -25,7 +25,14 @@ skipped and counted (`take_unreadable`). With `quarantine=True` (the dispatcher,
 partitions every run) it is also marked: `quarantined` (why), `quarantined_at`, `quarantined_index`
 (the gsi1 keys it had), and moved to the `QUARANTINED` partition, so no run reads it again. Only a
 record still as it was read is moved; any later `put_job` of the job writes it whole again, back in its
-index. `get_job` of its id still raises the validation error.
+index, and so does `release_quarantined` once the record has been fixed by hand (`spotrelay admin`).
+
+The other readers, each on the side that is safe:
+- a blocked pool that does not read back is skipped, logged and counted like a job record (the pool is
+  not blocked: see `blocked_pools`), and so are a pool's statistics (the pool has the prior's rate alone);
+- the reads of one record (`get_job`, `get_attempt`, `get_checkpoint`, `get_instance_ref`) and of one
+  job's attempts (`attempts`) raise `UnreadableRecordError` (a ValidationError) naming the record: their
+  caller cannot decide for that job without it, and reports that job (one job's trouble, not the run's).
 """
 
 from __future__ import annotations
@@ -36,15 +43,22 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from spotrelay.aws.queue import attribute_text
 from spotrelay.clock import SYSTEM_CLOCK
-from spotrelay.control.ports import CheckpointPointer, Clock, ConflictError, InstanceRef, NotFoundError
+from spotrelay.control.ports import (
+    CheckpointPointer,
+    Clock,
+    ConflictError,
+    InstanceRef,
+    NotFoundError,
+    UnreadableRecordError,
+)
 from spotrelay.models import Attempt, Job, JobState, Pool
 from spotrelay.policy import BlockedPool, PoolObservation
 
@@ -56,6 +70,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+M = TypeVar("M", bound=BaseModel)
+
 GSI1 = "gsi1"
 QUARANTINED = "QUARANTINED"  # the gsi1 partition of job records that do not read back
 MAX_UNREADABLE_REASON_BYTES = 1_024  # why a record was set aside, as stored and logged
@@ -64,6 +80,7 @@ INSTANCE_REF_TTL = timedelta(days=30)
 EARLY_CANCEL_TTL = timedelta(days=15)  # SQS keeps a message 14 days at most
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CONDITION_FAILED = "ConditionalCheckFailedException"
+_QUARANTINE_MARKS = ("quarantined", "quarantined_at", "quarantined_index")
 
 
 def job_key(job_id: str) -> str:
@@ -103,25 +120,92 @@ def _is_condition_failure(error: ClientError) -> bool:
 
 @dataclass(frozen=True)
 class UnreadableRecord:
-    """A job record a reader skipped because it does not read back."""
+    """A record a reader skipped because it does not read back."""
 
-    job_id: str
-    partition: str  # where it was read: the gsi1 partition (QUEUED, ACTIVE), or "scan"
+    job_id: str  # "" for a record of no job (a blocked pool, a pool's statistics)
+    partition: str  # where it was read: the gsi1 partition (QUEUED, ACTIVE, BLOCKED, POOLSTATS), or "scan"
     error: str  # what is wrong with it, short
     quarantined: bool  # marked and moved to the QUARANTINED partition by this read
+    key: str = ""  # its pk: `JOB#<job_id>`, `BLOCK#<type>:<az>:<market>`, ...
 
 
-def _unreadable_reason(error: Exception) -> str:
+@dataclass(frozen=True)
+class QuarantinedJob:
+    """A job record in the QUARANTINED partition, as `spotrelay admin quarantined` lists it."""
+
+    job_id: str
+    reason: str  # why it was set aside, when it was
+    quarantined_at: str  # ISO 8601, UTC, as stored
+    index: str  # the gsi1 partition it was read from (QUEUED, ACTIVE), "" if not recorded
+    reads_back: bool  # it reads back now (fixed by hand since): `release_quarantined` puts it back
+
+
+@dataclass(frozen=True)
+class Release:
+    """What `release_quarantined` did."""
+
+    job_id: str
+    outcome: Literal["released", "unreadable", "not-quarantined"]
+    index: str | None  # the gsi1 partition the record is in now (QUEUED, ACTIVE, QUARANTINED); None: none
+    why: str  # one line, for the operator
+
+
+def _unreadable_reason(error: Exception, model: str = "Job") -> str:
     if isinstance(error, ValidationError):
         problems = error.errors()
         shown = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(record)'}: {e['msg']}" for e in problems[:5])
         more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-        text = f"does not read as a Job ({shown}{more})"
+        text = f"does not read as a {model} ({shown}{more})"
     elif isinstance(error, KeyError):
         text = f"has no {error} attribute of the expected type"
     else:
         text = f"{type(error).__name__}: {error}"
     return attribute_text(text, MAX_UNREADABLE_REASON_BYTES)
+
+
+def _read(model: type[M], item: Item, record: str) -> M:
+    """The item's `record` as `model`; UnreadableRecordError naming `record` ("attempt 2 of job x") if it
+    does not read back."""
+    text = item.get("record", {}).get("S")
+    if text is None:
+        raise UnreadableRecordError.problem(record, "record", "no `record` attribute of type S")
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as e:
+        raise UnreadableRecordError.of(record, e) from e
+
+
+def _version(item: Item, record: str, default: int | None = None) -> int:
+    """The item's `version` (`default` if it has none and one is given)."""
+    if "version" not in item and default is not None:
+        return default
+    try:
+        return int(item["version"]["N"])
+    except (KeyError, ValueError):
+        raise UnreadableRecordError.problem(record, "version", "not a whole number (N)") from None
+
+
+def _whole_job(item: Item) -> Job:
+    """The job a job item holds, if `get_job` and `put_job` can use it (its record and its version read);
+    else UnreadableRecordError."""
+    record = f"job {item.get('pk', {}).get('S', '').removeprefix('JOB#')}"
+    _version(item, record)
+    return _read(Job, item, record)
+
+
+def _attempt_name(item: Item) -> str:
+    """`attempt 2`, from the item's sort key `ATTEMPT#00002`."""
+    number = item.get("sk", {}).get("S", "").removeprefix("ATTEMPT#").lstrip("0")
+    return f"attempt {number or '?'}"
+
+
+def _index_of(job: Job) -> tuple[str, str] | None:
+    """The gsi1 keys of the job's index entry; None for a terminal job, which is in no index."""
+    if job.state is JobState.QUEUED:
+        return "QUEUED", queued_sort_key(job)
+    if not job.state.is_terminal:
+        return "ACTIVE", job.job_id
+    return None
 
 
 class DynamoJobStore:
@@ -159,12 +243,9 @@ class DynamoJobStore:
             "state": _s(job.state),
             "version": _n(version),
         }
-        if job.state is JobState.QUEUED:
-            item["gsi1pk"] = _s("QUEUED")
-            item["gsi1sk"] = _s(queued_sort_key(job))
-        elif not job.state.is_terminal:
-            item["gsi1pk"] = _s("ACTIVE")
-            item["gsi1sk"] = _s(job.job_id)
+        index = _index_of(job)
+        if index is not None:
+            item["gsi1pk"], item["gsi1sk"] = _s(index[0]), _s(index[1])
         return item
 
     def create_job(self, job: Job) -> bool:
@@ -184,7 +265,8 @@ class DynamoJobStore:
         item = self._get(job_key(job_id), "JOB")
         if item is None:
             raise NotFoundError(f"job {job_id}")
-        return Job.model_validate_json(item["record"]["S"]), int(item["version"]["N"])
+        record = f"job {job_id}"
+        return _read(Job, item, record), _version(item, record)
 
     def put_job(self, job: Job, expected_version: int) -> int:
         # PutItem replaces the whole item: a state without an index entry leaves no gsi1 attributes behind.
@@ -230,7 +312,7 @@ class DynamoJobStore:
         return list(self._readable((item for page in pages for item in page.get("Items", [])), "scan"))
 
     def take_unreadable(self) -> list[UnreadableRecord]:
-        """The job records skipped as unreadable since the last call (the latest 100 at most), oldest first."""
+        """The records skipped as unreadable since the last call (the latest 100 at most), oldest first."""
         taken = list(self._unreadable)
         self._unreadable.clear()
         return taken
@@ -245,10 +327,11 @@ class DynamoJobStore:
                 self._set_aside(item, partition, _unreadable_reason(e))
 
     def _set_aside(self, item: Item, partition: str, reason: str) -> None:
-        job_id = item.get("pk", {}).get("S", "").removeprefix("JOB#")
+        key = item.get("pk", {}).get("S", "")
+        job_id = key.removeprefix("JOB#")
         quarantined = self.quarantine and partition != "scan" and self._quarantine(item, partition, reason)
         self._unreadable.append(
-            UnreadableRecord(job_id=job_id, partition=partition, error=reason, quarantined=quarantined)
+            UnreadableRecord(job_id=job_id, partition=partition, error=reason, quarantined=quarantined, key=key)
         )
         logger.error(
             "job record %s does not read back: skipped (%s)",
@@ -295,6 +378,74 @@ class DynamoJobStore:
             return False
         return True
 
+    def quarantined_jobs(self) -> list[QuarantinedJob]:
+        """The job records in the QUARANTINED partition, by job id."""
+        found: list[QuarantinedJob] = []
+        for item in self._query_index(QUARANTINED):
+            try:
+                _whole_job(item)
+                reads_back = True
+            except ValidationError:
+                reads_back = False
+            found.append(
+                QuarantinedJob(
+                    job_id=item.get("pk", {}).get("S", "").removeprefix("JOB#"),
+                    reason=item.get("quarantined", {}).get("S", ""),
+                    quarantined_at=item.get("quarantined_at", {}).get("S", ""),
+                    index=item.get("quarantined_index", {}).get("M", {}).get("gsi1pk", {}).get("S", ""),
+                    reads_back=reads_back,
+                )
+            )
+        return found
+
+    def release_quarantined(self, job_id: str) -> Release:
+        """Put a quarantined job record back in the index its state belongs to (QUEUED, ACTIVE, or none for
+        an ended job), its marks removed, if it reads back now (an operator fixed it by hand); else leave it,
+        and say why. Only the record as it was read and checked is moved (ConflictError if it was written
+        meanwhile: read it again). NotFoundError if the job has no record."""
+        item = self._get(job_key(job_id), "JOB")
+        if item is None:
+            raise NotFoundError(f"job {job_id}")
+        where = item.get("gsi1pk", {}).get("S")
+        if where != QUARANTINED:
+            now_in = f"in the {where} index" if where else "in no index (it has ended)"
+            return Release(job_id, "not-quarantined", where, f"job {job_id} is not quarantined: it is {now_in}")
+        try:
+            job = _whole_job(item)
+        except ValidationError as e:
+            why = f"job {job_id} is still quarantined: its record {_unreadable_reason(e)}"
+            return Release(job_id, "unreadable", QUARANTINED, why)
+        if job.job_id != job_id:
+            why = f"job {job_id} is still quarantined: its record names another job ({job.job_id})"
+            return Release(job_id, "unreadable", QUARANTINED, why)
+        index = _index_of(job)
+        values: dict[str, AttributeValueTypeDef] = {
+            ":quarantined": _s(QUARANTINED),
+            ":record": item["record"],
+            ":state": _s(job.state),
+        }
+        update = "SET #state = :state"
+        if index is not None:
+            update += ", gsi1pk = :index, gsi1sk = :sort"
+            values[":index"], values[":sort"] = _s(index[0]), _s(index[1])
+        update += f" REMOVE {', '.join(_QUARANTINE_MARKS)}" + (", gsi1pk, gsi1sk" if index is None else "")
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key={"pk": _s(job_key(job_id)), "sk": _s("JOB")},
+                UpdateExpression=update,
+                ConditionExpression="gsi1pk = :quarantined AND #record = :record",
+                ExpressionAttributeNames={"#state": "state", "#record": "record"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as e:
+            if _is_condition_failure(e):
+                raise ConflictError(f"job {job_id} was written while it was being released") from None
+            raise
+        logger.info("quarantined job record released", extra={"job_id": job_id, "index": index and index[0]})
+        now_in = f"back in the {index[0]} index" if index is not None else f"{job.state}: in no index, as an ended job"
+        return Release(job_id, "released", index and index[0], f"job {job_id} released: {now_in}")
+
     # --- attempts -----------------------------------------------------------------------------------
 
     def put_attempt(self, attempt: Attempt, expected_version: int | None = None) -> int:
@@ -333,17 +484,22 @@ class DynamoJobStore:
         item = self._get(job_key(job_id), attempt_sort_key(attempt))
         if item is None:
             raise NotFoundError(f"attempt {attempt} of job {job_id}")
-        version = int(item["version"]["N"]) if "version" in item else 0
-        return Attempt.model_validate_json(item["record"]["S"]), version
+        record = f"attempt {attempt} of job {job_id}"
+        return _read(Attempt, item, record), _version(item, record, default=0)
 
     def attempts(self, job_id: str) -> list[Attempt]:
+        # All or nothing (UnreadableRecordError), unlike a listing of many jobs: see the JobStore port.
         pages = self.client.get_paginator("query").paginate(
             TableName=self.table_name,
             KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
             ExpressionAttributeValues={":pk": _s(job_key(job_id)), ":prefix": _s("ATTEMPT#")},
             ConsistentRead=True,
         )
-        found = [Attempt.model_validate_json(item["record"]["S"]) for page in pages for item in page.get("Items", [])]
+        found = [
+            _read(Attempt, item, f"{_attempt_name(item)} of job {job_id}")
+            for page in pages
+            for item in page.get("Items", [])
+        ]
         return sorted(found, key=lambda a: a.attempt)
 
     # --- instances ----------------------------------------------------------------------------------
@@ -376,7 +532,15 @@ class DynamoJobStore:
         item = self._get(f"INSTANCE#{instance_id}", "INSTANCE")
         if item is None:
             return None
-        return InstanceRef(instance_id=instance_id, job_id=item["job_id"]["S"], attempt=int(item["attempt"]["N"]))
+        fields = {
+            "instance_id": instance_id,
+            "job_id": item.get("job_id", {}).get("S"),
+            "attempt": item.get("attempt", {}).get("N"),
+        }
+        try:
+            return InstanceRef.model_validate(fields)
+        except ValidationError as e:
+            raise UnreadableRecordError.of(f"the instance ref of {instance_id}", e) from e
 
     # --- pools --------------------------------------------------------------------------------------
 
@@ -404,8 +568,22 @@ class DynamoJobStore:
 
     def blocked_pools(self, now: datetime) -> list[BlockedPool]:
         # TTL deletion lags by up to two days: lapsed blocks are filtered here.
-        blocks = (BlockedPool.model_validate_json(item["record"]["S"]) for item in self._query_index("BLOCKED"))
-        return [b for b in blocks if b.until > now]
+        blocks: list[BlockedPool] = []
+        for item in self._query_index("BLOCKED"):
+            try:
+                block = BlockedPool.model_validate_json(item["record"]["S"])
+            except (KeyError, TypeError, ValueError) as e:
+                # Skipped, and so the pool is not blocked: the side that is safe for money. A block only keeps
+                # jobs off a pool for a while (it refused a launch, or interrupted one): losing one costs at
+                # most a launch refused again there (which blocks the pool anew, readably) or one more
+                # interruption. Raising would stop every Place and Launch of every job (each reads the blocks)
+                # until someone deleted the item; reading it as blocked would hold jobs off what may be the
+                # cheapest pool (or put them on on-demand) for as long as the item lives. It lapses by its TTL.
+                self._skip(item, "BLOCKED", _unreadable_reason(e, "BlockedPool"))
+                continue
+            if block.until > now:
+                blocks.append(block)
+        return blocks
 
     def record_pool_usage(self, pool: Pool, instance_hours: float, interruptions: int) -> None:
         self.client.update_item(
@@ -421,13 +599,16 @@ class DynamoJobStore:
         )
 
     def pool_observations(self) -> dict[str, PoolObservation]:
-        return {
-            item["gsi1sk"]["S"]: PoolObservation(
-                interruptions=int(item.get("interruptions", {"N": "0"})["N"]),
-                instance_hours=float(Decimal(item.get("instance_hours", {"N": "0"})["N"])),
-            )
-            for item in self._query_index("POOLSTATS")
-        }
+        observed: dict[str, PoolObservation] = {}
+        for item in self._query_index("POOLSTATS"):
+            try:
+                observed[item["gsi1sk"]["S"]] = PoolObservation(
+                    interruptions=int(item.get("interruptions", {"N": "0"})["N"]),
+                    instance_hours=float(Decimal(item.get("instance_hours", {"N": "0"})["N"])),
+                )
+            except (KeyError, TypeError, ValueError, ArithmeticError) as e:  # skipped: the prior's rate alone
+                self._skip(item, "POOLSTATS", _unreadable_reason(e, "PoolObservation"))
+        return observed
 
     # --- checkpoints --------------------------------------------------------------------------------
 
@@ -453,9 +634,22 @@ class DynamoJobStore:
 
     def get_checkpoint(self, job_id: str) -> CheckpointPointer | None:
         item = self._get(job_key(job_id), "CHECKPOINT")
-        return None if item is None else CheckpointPointer.model_validate_json(item["record"]["S"])
+        return None if item is None else _read(CheckpointPointer, item, f"the checkpoint pointer of job {job_id}")
 
     # --- reads --------------------------------------------------------------------------------------
+
+    def _skip(self, item: Item, partition: str, reason: str) -> None:
+        """Log and remember (`take_unreadable`) a record of no job that a listing skipped."""
+        key = item.get("pk", {}).get("S", "")
+        self._unreadable.append(
+            UnreadableRecord(job_id="", partition=partition, error=reason, quarantined=False, key=key)
+        )
+        logger.error(
+            "record %s does not read back: skipped (%s)",
+            key,
+            reason,
+            extra={"key": key, "partition": partition, "error": reason},
+        )
 
     def _get(self, pk: str, sk: str) -> Item | None:
         response = self.client.get_item(

@@ -42,6 +42,7 @@ from typing import Protocol
 from spotrelay.catalog import INSTANCE_TYPES, relative_speed
 from spotrelay.market import PoolTimeline, SpotMarket
 from spotrelay.models import JobSpec, Market, Pool
+from spotrelay.models.billing import step_integral
 
 # An idle job this long past its deadline is rescued on on-demand (the spec's default patience,
 # `limits.max_wait_hours`).
@@ -232,18 +233,7 @@ class JobContext:
         if pool.market is Market.ON_DEMAND:
             return self.job.on_demand_prices[pool.instance_type] * (end - start)
         v = self._by_pool[pool]
-        times, prices = v.price_times, v.prices
-        i = bisect_right(times, start) - 1
-        total = 0.0
-        t = start
-        while t < end:
-            nxt = times[i + 1] if i + 1 < len(times) else math.inf
-            upto = min(nxt, end)
-            price = prices[i]
-            total += (price or 0.0) * (upto - t)
-            t = upto
-            i += 1
-        return total
+        return step_integral(v.price_times, v.prices, start, end)  # the control plane's integration too
 
 
 def _price(v: PoolView, t: float) -> float:

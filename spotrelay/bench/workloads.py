@@ -40,7 +40,7 @@ import random
 import re
 import typing
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,13 @@ from spotrelay.market import (
     parse_duration,
 )
 from spotrelay.models import JobSpec, JobSpecError, PriceQuote, RecoveryStrategyName, parse_job_spec
-from spotrelay.models.job_spec import DEFAULT_RESTART_OVERHEAD_MINUTES, SpecFieldError, decode_document
+from spotrelay.models.job_spec import (
+    DEFAULT_RESTART_OVERHEAD_MINUTES,
+    JOB_SPEC_LIMITS,
+    SpecFieldError,
+    decode_document,
+    read_document,
+)
 
 # The Can't Be Late paper's setting (NSDI'24, §6): p3.2xlarge, 48 h of work, two deadlines, two
 # restart overheads, its spot and on-demand prices.
@@ -628,6 +634,9 @@ class _WorkloadFile(BaseModel):
         return _prices_by_type(value, "on_demand_usd_per_hour", zero_allowed=False)
 
 
+# A workload file is read as a job file is (spotrelay.models.job_spec): bounded before and while it is parsed
+WORKLOAD_LIMITS = replace(JOB_SPEC_LIMITS, what="a workload")
+
 # A job entry's own keys: the bench's (`_JobEntry`) next to the job spec's.
 SPEC_KEYS = tuple(JobSpec.model_fields)
 BENCH_KEYS = tuple(_JobEntry.model_fields)
@@ -818,11 +827,7 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
     """
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
-    try:
-        document = decode_document(text, str(path))
+        document = decode_document(read_document(path, WORKLOAD_LIMITS), str(path), WORKLOAD_LIMITS)
         parsed = _WorkloadFile.model_validate(document)
     except JobSpecError as e:
         raise WorkloadError(str(e)) from None

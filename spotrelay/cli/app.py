@@ -12,10 +12,11 @@ import typer
 from rich import box
 from rich.table import Table
 
+from spotrelay.agent import JOB_USER
 from spotrelay.catalog import INSTANCE_TYPES
-from spotrelay.cli import jobs
+from spotrelay.cli import admin, jobs
 from spotrelay.cli.console import err, fail, out, tables
-from spotrelay.config import ENV_AGENT_LOG_GROUP, ENV_BUCKET, ENV_TABLE
+from spotrelay.config import ENV_AGENT_LOG_GROUP, ENV_BUCKET, ENV_TABLE, ENV_VEND_FUNCTION
 from spotrelay.market import PriceFileError, load_advisor_bands, load_prices
 from spotrelay.models import JobSpecError, Market, Pool, load_job_spec
 from spotrelay.policy import InterruptionModel, Placement, place
@@ -43,6 +44,7 @@ app.command("ls")(jobs.ls_command)
 app.command("logs")(jobs.logs_command)
 app.command("cost")(jobs.cost_command)
 app.command("cancel")(jobs.cancel_command)
+app.add_typer(admin.admin_app, name="admin")
 
 
 def parse_blocked(values: list[str]) -> list[Pool]:
@@ -177,6 +179,20 @@ def agent_command(
             "--log-group", envvar=ENV_AGENT_LOG_GROUP, help="CloudWatch Logs group for the log lines too (the stack's)"
         ),
     ] = None,
+    vend_function: Annotated[
+        str | None,
+        typer.Option(
+            "--vend-function",
+            envvar=ENV_VEND_FUNCTION,
+            help="the stack's vend function: the job's credentials (else the agent's own are used)",
+        ),
+    ] = None,
+    job_user: Annotated[
+        str | None,
+        typer.Option(
+            "--job-user", help=f"when the agent runs as root, the job runs as this user (the unit's: {JOB_USER})"
+        ),
+    ] = None,
     imds_endpoint: Annotated[
         str, typer.Option("--imds-endpoint", help="instance metadata service (IMDSv2); a local stub in tests")
     ] = "http://169.254.169.254",
@@ -274,6 +290,8 @@ def agent_command(
             migrate_poll_seconds=migrate_poll_seconds,
             standby_wait_seconds=standby_wait_seconds,
             log_group=log_group,
+            vend_function=vend_function,
+            job_user=job_user,
         )
     )
     raise typer.Exit(code)

@@ -308,8 +308,9 @@ def cost_command(
     endpoint_url: EndpointOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """What jobs cost, against the same instance hours on on-demand: per job and in all. Live instances
-    count up to now; on-demand prices are the catalog's (us-east-1)."""
+    """What jobs cost, against the same instance hours on on-demand: per job and in all. Each instance is
+    billed at the spot price in effect until its end, once its end is reported (before that, and for live
+    instances up to now, at its launch price); on-demand prices are the catalog's (us-east-1)."""
     statuses = on_stack(stack, region, endpoint_url, lambda client: client.statuses(job_ids or []))
     now = utc_now()
     rows = [(s.job, s.cost(now), s.on_demand_cost(now)) for s in statuses]

@@ -16,7 +16,13 @@ admissions (the function has a reserved concurrency of 1), and every step is ide
   reported in `errors`, and the others are recorded all the same;
 - admission starts the execution named by the job id first (a second start is a no-op), then marks
   the job PLACING; a crash in between leaves a QUEUED job with a running execution, which the
-  execution's own Place step moves on.
+  execution's own Place step moves on;
+- each queued job is admitted (or failed as unschedulable, or noted as held) on its own too: an error of
+  that job's own record (a write that kept losing its race, the record gone, or one that does not read
+  back) is logged and reported in `admission_errors`, the job is left as it is to be tried again next
+  run, and the others go on. The plan is not made again without it: the room it was given stays taken
+  for this run (its execution may have started), so priority order, quotas and the budget hold. An error
+  of the services themselves (throttling, an outage) stops the run, as before: every job would meet it.
 """
 
 from __future__ import annotations
@@ -29,11 +35,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from spotrelay.control.admission import AdmissionLimits, admit
 from spotrelay.control.jobs import update_job
-from spotrelay.control.ports import Clock, JobQueue, JobStore, QueueMessage, Workflow
+from spotrelay.control.ports import Clock, ConflictError, JobQueue, JobStore, NotFoundError, QueueMessage, Workflow
 from spotrelay.models import Job, JobSpec, JobSpecError, JobState, ensure_transition, parse_job_spec
 from spotrelay.models.job_spec import JOB_SPEC_LIMITS, decode_json
 
@@ -71,6 +77,9 @@ class DispatchReport(BaseModel):
     conflicts: list[str] = []
     # Messages that met an unexpected error (message id -> the error), left on the queue to be delivered again
     errors: dict[str, str] = {}
+    # Queued jobs whose admission (or failing, or noting why held) met an error of their own record (job id
+    # -> the error): left as they were, tried again next run
+    admission_errors: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -294,21 +303,33 @@ def dispatch(
 
     plan = admit(store.queued_jobs(MAX_QUEUED_CONSIDERED), store.active_jobs(), limits)
     admitted: list[str] = []
+    admission_errors: dict[str, str] = {}
     for job in plan.admitted:
-        # Again here: a run that stopped between recording the job and reading the note left it QUEUED
-        if _cancel_if_noted(store, job.job_id, clock.now()):
+        try:
+            # Again here: a run that stopped between recording the job and reading the note left it QUEUED
+            if _cancel_if_noted(store, job.job_id, clock.now()):
+                continue
+            workflow.start(job.job_id, {"job_id": job.job_id, "heartbeat_seconds": heartbeat_seconds})
+            update_job(store, job.job_id, _mark_admitted(clock))
+        except _JOB_RECORD_ERRORS as e:
+            admission_errors[job.job_id] = _admission_error(job.job_id, "admit", e)
             continue
-        workflow.start(job.job_id, {"job_id": job.job_id, "heartbeat_seconds": heartbeat_seconds})
-        update_job(store, job.job_id, _mark_admitted(clock))
         admitted.append(job.job_id)
     failed: list[str] = []
     for held in plan.impossible:
-        update_job(store, held.job.job_id, _mark_impossible(held.reason, clock))
+        try:
+            update_job(store, held.job.job_id, _mark_impossible(held.reason, clock))
+        except _JOB_RECORD_ERRORS as e:
+            admission_errors[held.job.job_id] = _admission_error(held.job.job_id, "fail as unschedulable", e)
+            continue
         failed.append(held.job.job_id)
     for held in plan.held:  # `spotrelay status` says why a queued job waits (written only when it changes)
         reason = f"held in the queue: {held.reason}"
         if held.job.waiting_reason != reason:
-            update_job(store, held.job.job_id, _note_held(reason))
+            try:
+                update_job(store, held.job.job_id, _note_held(reason))
+            except _JOB_RECORD_ERRORS as e:  # still held: only the note is missing
+                admission_errors[held.job.job_id] = _admission_error(held.job.job_id, "note why held", e)
     return DispatchReport(
         received=len(messages),
         accepted=accepted,
@@ -318,7 +339,23 @@ def dispatch(
         failed=failed,
         conflicts=conflicts,
         errors=errors,
+        admission_errors=admission_errors,
     )
+
+
+# One job's own trouble in admission: its record kept changing under the write (ConflictError after
+# update_job's tries), is gone, or does not read back (UnreadableRecordError, a ValidationError).
+_JOB_RECORD_ERRORS = (ConflictError, NotFoundError, ValidationError)
+
+
+def _admission_error(job_id: str, step: str, error: Exception) -> str:
+    text = printable(f"{type(error).__name__}: {error}", MAX_ERROR_CHARS)
+    logger.warning(
+        "queued job left as it was after an error; tried again next run",
+        extra={"job_id": job_id, "step": step, "error": text},
+        exc_info=True,
+    )
+    return text
 
 
 def _note_held(reason: str) -> Callable[[Job], None]:

@@ -30,31 +30,48 @@ re-blocks the pool (blocks never shorten) and finds the task closed. A state cha
 is ignored. Two running concurrently mark the attempt once through the conditional write, and fail
 the one task token once with the same error. Once Recover has closed the attempt, the fence ignores
 both. So there is one Recover and one relaunch, and a closed attempt is never reopened.
+
+Billing is not fenced. EC2 stops billing an instance when it goes `stopping`, `stopped`, `shutting-down`
+or `terminated` (BILLING_ENDS), and that state change is the one report of it, whichever attempt the
+instance ran (a closed one, a stale one, a standby, an ended job's): each settles its attempt's bill at
+the earliest such time reported (`end_billing`, spotrelay.models.billing), after the lifecycle's action,
+and the job's cost is derived again from its ended attempts. A duplicate or a later state of the same
+termination changes nothing; one that comes late with an earlier time moves the end back.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from spotrelay.config import ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
 from spotrelay.control.jobs import ask_handover, mark_running, update_attempt, update_job, withdraw_handover
-from spotrelay.control.lifecycle import close_standby
-from spotrelay.control.ports import JobStore, NotFoundError, Workflow
-from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, ensure_transition
+from spotrelay.control.lifecycle import account, close_standby
+from spotrelay.control.ports import Compute, JobStore, NotFoundError, Workflow
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PriceQuote, ensure_transition
+from spotrelay.models.billing import billing_end, settle
 from spotrelay.policy import BlockedPool
 
 SPOT_INTERRUPTION = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
 REBALANCE = ("aws.ec2", "EC2 Instance Rebalance Recommendation")
 STATE_CHANGE = ("aws.ec2", "EC2 Instance State-change Notification")
+# The states EC2 does not bill an instance in ("Not billed", Amazon EC2 User Guide, Amazon EC2 instance state
+# changes: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-lifecycle.html); spotrelay never
+# starts a stopped instance again, so the first of them ends its bill.
+BILLING_ENDS = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 
 
 class MalformedEvent(ValueError):
     pass
+
+
+# Later than any event: the handler reckons forward from an event's time (a pool is blocked until it plus
+# block_minutes), which overflows near the calendar's end (9999-12-31), after the attempt was written
+LATEST_EVENT_TIME = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 class Ec2Event(BaseModel):
@@ -65,7 +82,7 @@ class Ec2Event(BaseModel):
     id: str
     source: str
     detail_type: str
-    time: AwareDatetime
+    time: AwareDatetime = Field(lt=LATEST_EVENT_TIME)
     detail: Mapping[str, Any]
 
 
@@ -190,9 +207,12 @@ class EventOutcome(BaseModel):
     job_id: str | None = None
     attempt: int | None = None
     instance_id: str | None = None
+    billed_until: datetime | None = None  # a state change that ends the bill: where the attempt's bill ends
 
 
-def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, block_minutes: float) -> EventOutcome:
+def handle_ec2_event(
+    event: Ec2Event, *, store: JobStore, workflow: Workflow, compute: Compute, block_minutes: float
+) -> EventOutcome:
     kind = HANDLERS.get((event.source, event.detail_type))
     if kind is None:
         return EventOutcome(kind="unknown", action="ignore", reason=f"{event.source} / {event.detail_type}")
@@ -213,14 +233,36 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
     base = EventOutcome(
         kind=kind.name, action="ignore", job_id=ref.job_id, attempt=ref.attempt, instance_id=detail.instance_id
     )
+    outcome = _act(kind, event, detail, attempt, job, base, store=store, workflow=workflow, block_minutes=block_minutes)
+    if isinstance(detail, StateChangeDetail) and detail.state in BILLING_ENDS:  # unfenced: module docstring
+        # last: the lifecycle's action (a warning's part, say) never waits on a price read
+        billed = end_billing(store, compute, attempt, event.time)
+        outcome = outcome.model_copy(update={"billed_until": billed.billed_until})
+    return outcome
+
+
+def _act(
+    kind: EventKind,
+    event: Ec2Event,
+    detail: _Detail,
+    attempt: Attempt,
+    job: Job,
+    base: EventOutcome,
+    *,
+    store: JobStore,
+    workflow: Workflow,
+    block_minutes: float,
+) -> EventOutcome:
+    """What the event does to the attempt's lifecycle (fenced), through the ports."""
+    job_id, number = attempt.job_id, attempt.attempt
     if attempt.is_standby:
         handled = _standby_event(event, detail, attempt, job, base, store=store, block_minutes=block_minutes)
         if handled is not None:
             return handled
         # Launch adopted the standby while this event was handled: it is the job's attempt now, even
         # before Launch's next write moves job.attempts onto it
-        job, _ = store.get_job(ref.job_id)
-        attempt = store.get_attempt(ref.job_id, ref.attempt)
+        job, _ = store.get_job(job_id)
+        attempt = store.get_attempt(job_id, number)
         if attempt.handover_from == job.attempts and attempt.task_token is not None:
             job = job.model_copy(update={"attempts": attempt.attempt})
     action = kind.action_for(detail, attempt, job)
@@ -233,13 +275,11 @@ def handle_ec2_event(event: Ec2Event, *, store: JobStore, workflow: Workflow, bl
         reasons += ["task already closed"] if closed else []
         return base.model_copy(update={"action": "interrupt", "reason": "; ".join(reasons)})
     if isinstance(action, NoteRebalance):
-        update_attempt(
-            store, ref.job_id, ref.attempt, lambda fresh: fresh.model_copy(update={"rebalance_at": event.time})
-        )
+        update_attempt(store, job_id, number, lambda fresh: fresh.model_copy(update={"rebalance_at": event.time}))
         return base.model_copy(update={"action": "rebalance"})
     if isinstance(action, MarkRunning):
-        update_attempt(store, ref.job_id, ref.attempt, mark_running(event.time))
-        update_job(store, ref.job_id, _running(ref.attempt, event.time))
+        update_attempt(store, job_id, number, mark_running(event.time))
+        update_job(store, job_id, _running(number, event.time))
         return base.model_copy(update={"action": "running"})
     closed = not _fail_task(workflow, attempt, ERROR_INSTANCE_LOST, event, detail.instance_id)
     return base.model_copy(
@@ -289,6 +329,30 @@ def _standby_event(
         return base.model_copy(update={"reason": f"standby already ended ({fresh.outcome})"})
     update_attempt(store, standby.job_id, previous, withdraw_handover)
     return base.model_copy(update={"action": "standby-lost", "reason": str(outcome)})
+
+
+def end_billing(store: JobStore, compute: Compute, attempt: Attempt, gone_at: datetime) -> Attempt:
+    """`attempt`'s instance was reported gone at `gone_at` (its state change; reconcile finding it gone):
+    settle its bill at the earliest such report (`spotrelay.models.billing.settle`), at the prices in effect
+    from its launch (DescribeSpotPriceHistory, asked only when the report moves the end), by a conditional
+    write. Then, if the attempt has ended, derive the job's cost again (`account`: it totals the ended
+    attempts), whether or not this call settled it: a retried handler redoes what a failure left undone.
+    Returns the attempt as stored."""
+    history: list[list[PriceQuote]] = []  # asked for once, and only if a fresh read needs it
+
+    def change(fresh: Attempt) -> Attempt | None:
+        if billing_end(fresh, gone_at) is None:
+            return None
+        if not history:
+            spot = fresh.pool.market is Market.SPOT
+            end = max(gone_at, fresh.started_at)
+            history.append(compute.spot_price_history(fresh.pool, fresh.started_at, end) if spot else [])
+        return settle(fresh, history[0], gone_at)
+
+    settled, _ = update_attempt(store, attempt.job_id, attempt.attempt, change)
+    if settled.outcome is not None:
+        update_job(store, attempt.job_id, lambda fresh: account(fresh, store.attempts(fresh.job_id), None, gone_at))
+    return settled
 
 
 def _interrupt(attempt: Attempt, at: datetime, *, first: bool, store: JobStore, block_minutes: float) -> None:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from spotrelay.catalog import INSTANCE_TYPES, family_of
 from spotrelay.config import ERROR_CANCELLED, ERROR_JOB_FAILED
+from spotrelay.control.dispatcher import printable
 from spotrelay.control.jobs import update_attempt, update_job
 from spotrelay.control.ports import (
     CheckpointPointer,
@@ -74,6 +75,10 @@ WAIT_MAX_SECONDS = REFUSED_POOL_BLOCK_MINUTES * 60
 # the notice gives two minutes, the agent commits within them, plus slack for the upload's tail.
 FINAL_CHECKPOINT_WAIT_SECONDS = 150
 FINAL_CHECKPOINT_POLL_SECONDS = 15
+# A failed job's `failure_reason` (`spotrelay status`, the replay's timeline): one line, the error's name and
+# message, never a stack trace; a Cause longer than Step Functions takes is not parsed for a message.
+MAX_FAILURE_REASON_CHARS = 500
+MAX_CAUSE_CHARS_PARSED = 32_768
 
 
 class JobCancelled(Exception):  # the class name is the error name the state machine catches
@@ -82,6 +87,17 @@ class JobCancelled(Exception):  # the class name is the error name the state mac
 
 class InsufficientInstanceCapacity(Exception):  # as above
     """Every ranked pool refused the launch: the state machine goes back to Place."""
+
+
+class LaunchThrottled(Exception):  # as above (spotrelay.config.ERROR_LAUNCH_THROTTLED)
+    """EC2 throttled RunInstances (RequestLimitExceeded). EC2 meters API calls per account and Region, not
+    per pool, so this says nothing of the pool's capacity: no pool is blocked, no other pool is tried (the
+    call would be throttled too), the job keeps its plan. The Run task retries on this error with backoff,
+    then goes back to Place (stacks/lifecycle_construct.py). Raised by `Compute.launch`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
 
 
 class StepResult(BaseModel):
@@ -329,7 +345,8 @@ def launch_step(
 ) -> dict[str, Any]:
     """Start an instance in the first ranked pool that has capacity; record the attempt with the
     Run task's token (and its heartbeat timeout, which the agent paces its heartbeats by). Raises
-    InsufficientInstanceCapacity when every pool refuses, and JobCancelled when the job is cancelled or
+    InsufficientInstanceCapacity when every pool refuses, LaunchThrottled as soon as EC2 throttles a launch
+    (not a refusal: nothing is blocked, the Run task retries), and JobCancelled when the job is cancelled or
     has ended, before the launch or while it ran (`_handed_over`)."""
     now = clock.now()
     job, _ = store.get_job(job_id)
@@ -339,6 +356,13 @@ def launch_step(
     attempts = store.attempts(job_id)
     for attempt in attempts:
         if attempt.task_token == task_token:  # this Run task already launched (a retried invocation)
+            if attempt.instance_id is not None:
+                # Again (idempotent): the first invocation may have stopped between the attempt and its ref,
+                # and without the ref every EC2 event of the instance (its interruption warning too) is
+                # ignored as not ours.
+                store.put_instance_ref(
+                    InstanceRef(instance_id=attempt.instance_id, job_id=job_id, attempt=attempt.attempt)
+                )
             return _handed_over(store, compute, clock, attempt, pointer, now)
     standby = next((a for a in attempts if a.is_standby and a.handover_from == job.attempts), None)
     if standby is not None:
@@ -418,21 +442,30 @@ def _handed_over(
     job, _ = update_job(store, attempt.job_id, _count_attempt(attempt.attempt, now, running=running))
     if not (job.cancel_requested or job.state.is_terminal):
         return _launched(attempt)
-    ended_at = clock.now()
-    if attempt.instance_id is not None:
-        compute.terminate([attempt.instance_id])  # first: stop the bill even if the writes below fail
-    update_attempt(
-        store,
-        attempt.job_id,
-        attempt.attempt,
-        lambda fresh: close_attempt(fresh, AttemptOutcome.CANCELLED, ended_at, pointer),
-    )
-    # Totalled again, from the attempts read after the job: a total cancel wrote before this close misses it.
-    update_job(store, attempt.job_id, lambda fresh: account(fresh, store.attempts(fresh.job_id), pointer, ended_at))
+    stop_for_ended_job(store, compute, attempt, pointer, clock.now())
     raise JobCancelled(
         f"job {attempt.job_id} is {job.state}{' (cancel requested)' if job.cancel_requested else ''}: attempt "
         f"{attempt.attempt}'s instance {attempt.instance_id} terminated as soon as it was launched"
     )
+
+
+def stop_for_ended_job(
+    store: JobStore, compute: Compute, attempt: Attempt, pointer: CheckpointPointer | None, at: datetime
+) -> None:
+    """Stop the instance of an attempt launched for a job that was cancelled, or ended, while RunInstances
+    ran (Launch's attempt, reconcile's standby): terminate it first, so that the bill stops even if a write
+    below fails; close the attempt CANCELLED at `at`, when the end was seen (charged for its seconds); total
+    the job again from the attempts read after it, since a total that cancel or Finalize wrote before this
+    close misses it."""
+    if attempt.instance_id is not None:
+        compute.terminate([attempt.instance_id])
+    update_attempt(
+        store,
+        attempt.job_id,
+        attempt.attempt,
+        lambda fresh: close_attempt(fresh, AttemptOutcome.CANCELLED, at, pointer),
+    )
+    update_job(store, attempt.job_id, lambda fresh: account(fresh, store.attempts(fresh.job_id), pointer, at))
 
 
 def launch_in_pool(
@@ -446,7 +479,8 @@ def launch_in_pool(
     context: PlacementContext,
 ) -> str | LaunchRefused:
     """Start attempt `number`'s instance in one pool (idempotent by its client token): the instance id,
-    or the refusal, after which the pool is blocked for every job for REFUSED_POOL_BLOCK_MINUTES."""
+    or the refusal, after which the pool is blocked for every job for REFUSED_POOL_BLOCK_MINUTES.
+    LaunchThrottled (EC2 throttling the call) is not a refusal: it is raised, and nothing is blocked."""
     pool = planned.pool
     request = LaunchRequestModel(
         job_id=job.job_id,
@@ -638,7 +672,9 @@ def recover_step(
 
 def account(job: Job, attempts: Sequence[Attempt], pointer: CheckpointPointer | None, now: datetime) -> None:
     """Derive the job's cost, lost work and progress from its ended attempts and checkpoint pointer
-    (derived, not accumulated, so that a retried step cannot count anything twice)."""
+    (derived, not accumulated, so that a retried step cannot count anything twice). An attempt's cost is its
+    settled bill once its instance's end was reported (`Attempt.cost`, spotrelay.models.billing), which may
+    come after its close: ec2_events derives the total again then."""
     ended = [a for a in attempts if a.outcome is not None]
     job.cost_usd = sum(a.cost(now) for a in ended)
     job.lost_work_hours = sum(a.lost_work_hours for a in ended)
@@ -772,20 +808,42 @@ def _via_running(current: JobState, target: JobState) -> JobState:
 
 
 def _reason(error: Mapping[str, Any], existing: str | None) -> str:
+    return existing or failure_reason(error)
+
+
+def failure_reason(error: Mapping[str, Any]) -> str:
+    """The error the state machine caught (`{"Error", "Cause"}`) as a job's `failure_reason`: one line of at
+    most MAX_FAILURE_REASON_CHARS, its name and what it says. A Lambda function's error comes with its whole
+    envelope as the Cause (errorMessage, errorType, requestId, stackTrace): only the message is kept."""
     name = str(error.get("Error") or ERROR_JOB_FAILED)
     cause = error.get("Cause")
     text = cause if isinstance(cause, str) else ""
-    return existing or (f"{name}: {text}" if text else name)
+    message = _lambda_error_message(text)
+    line = " ".join(f"{name}: {text if message is None else message}".split()) if text else name
+    return printable(line, MAX_FAILURE_REASON_CHARS)
+
+
+def _lambda_error_message(cause: str) -> str | None:
+    """The `errorMessage` of a Lambda error envelope, None if `cause` is not one. Bounded before it is
+    parsed: a worker fails its own task with any Cause it likes (Step Functions takes up to 32,768 characters)."""
+    if not cause.startswith("{") or len(cause) > MAX_CAUSE_CHARS_PARSED:
+        return None
+    try:
+        parsed = json.loads(cause)
+    except (ValueError, RecursionError):
+        return None
+    message = parsed.get("errorMessage") if isinstance(parsed, dict) and "errorType" in parsed else None
+    return message if isinstance(message, str) else None
 
 
 def on_demand_cost(attempts: Sequence[Attempt], now: datetime) -> float:
-    """What the attempts' instance hours would have cost on on-demand (the catalog's prices): the
+    """What the attempts' billed instance hours would have cost on on-demand (the catalog's prices): the
     baseline a job's savings are measured against."""
     total = 0.0
     for attempt in attempts:
         facts = INSTANCE_TYPES.get(attempt.pool.instance_type)
         if facts is not None and facts.on_demand_usd_per_hour is not None:
-            total += facts.on_demand_usd_per_hour * attempt.runtime_hours(now)
+            total += facts.on_demand_usd_per_hour * attempt.billed_hours(now)
     return total
 
 

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from spotrelay.clock import Clock as Clock  # the port, re-exported for the core's modules
 from spotrelay.models import Attempt, Job, Pool, PriceQuote
@@ -24,6 +25,44 @@ class ConflictError(Exception):
 
 class NotFoundError(Exception):
     pass
+
+
+class UnreadableRecordError(ValidationError):
+    """A record is in the store but does not read back as this version's model: garbage, a field missing, a
+    value out of range (a NaN price), written by hand, by a bug, or by a version with other rules. The reads
+    of one record (a job, an attempt, a checkpoint pointer, an instance ref) and of one job's attempts raise
+    it: its caller cannot decide for that job without it, and says so for that job alone.
+
+    Not a NotFoundError: the record is there, and what a caller does with a missing one (ignore the event,
+    note a cancel before admission, wait for the record to appear) would be wrong with it. A ValidationError,
+    with what pydantic found (`errors()`), so a caller that handled an unreadable record as one before still
+    does. `str()` is one line naming the record; `record` names it alone ("attempt 2 of job train-1").
+    """
+
+    @classmethod
+    def of(cls, record: str, error: ValidationError) -> UnreadableRecordError:
+        """`record` (what it is) does not read back, as `error` (pydantic's, reading it) says."""
+        lines: list[InitErrorDetails] = [
+            {"type": PydanticCustomError(e["type"], e["msg"]), "loc": e["loc"], "input": e["input"]}
+            for e in error.errors(include_url=False)
+        ]
+        return cls.from_exception_data(record, lines, hide_input=True)
+
+    @classmethod
+    def problem(cls, record: str, field: str, message: str) -> UnreadableRecordError:
+        """`record` does not read back: its `field` (an attribute of the item) is wrong, as `message` says."""
+        line: InitErrorDetails = {"type": PydanticCustomError("unreadable", message), "loc": (field,), "input": None}
+        return cls.from_exception_data(record, [line], hide_input=True)
+
+    @property
+    def record(self) -> str:
+        return self.title
+
+    def __str__(self) -> str:
+        problems = self.errors(include_url=False)
+        shown = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(record)'}: {e['msg']}" for e in problems[:3])
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        return f"{self.title} does not read back ({shown}{more})"
 
 
 class CheckpointPointer(BaseModel):
@@ -57,7 +96,7 @@ class JobStore(Protocol):
         """Insert; False (and no change) if a job with this id exists already."""
 
     def get_job(self, job_id: str) -> tuple[Job, int]:
-        """The job and its version. Raises NotFoundError."""
+        """The job and its version. Raises NotFoundError, or UnreadableRecordError."""
 
     def put_job(self, job: Job, expected_version: int) -> int:
         """Replace the job if its version is still `expected_version`; returns the new version.
@@ -82,34 +121,42 @@ class JobStore(Protocol):
         event) go through `spotrelay.control.jobs.update_attempt` and never drop each other's fields."""
 
     def get_attempt(self, job_id: str, attempt: int) -> Attempt:
-        """Raises NotFoundError."""
+        """Raises NotFoundError, or UnreadableRecordError."""
 
     def get_attempt_versioned(self, job_id: str, attempt: int) -> tuple[Attempt, int]:
-        """The attempt and its version (see `put_attempt`). Raises NotFoundError."""
+        """The attempt and its version (see `put_attempt`). Raises NotFoundError, or UnreadableRecordError."""
 
     def attempts(self, job_id: str) -> list[Attempt]:
-        """All attempts of a job, in attempt order."""
+        """All attempts of a job, in attempt order. UnreadableRecordError if one does not read back: every
+        caller decides from all of them (the job's cost, its budget, which instances to terminate, the next
+        attempt's number), and a decision from part of them would be wrong for that job."""
 
     def put_instance_ref(self, ref: InstanceRef) -> None: ...
 
-    def get_instance_ref(self, instance_id: str) -> InstanceRef | None: ...
+    def get_instance_ref(self, instance_id: str) -> InstanceRef | None:
+        """None if the instance is not ours. Raises UnreadableRecordError."""
 
     def block_pool(self, block: BlockedPool) -> None:
         """Remember a pool as unavailable until `block.until` (stored with a TTL)."""
 
     def blocked_pools(self, now: datetime) -> list[BlockedPool]:
-        """Blocks still in force at `now`."""
+        """Blocks still in force at `now`. One that does not read back is skipped (and logged): the pool is
+        not blocked (spotrelay.aws.store says why that is the safe side)."""
 
     def record_pool_usage(self, pool: Pool, instance_hours: float, interruptions: int) -> None:
         """Add to the pool's observed instance-hours and interruptions (atomic counters)."""
 
     def pool_observations(self) -> dict[str, PoolObservation]:
-        """offering 'type:az' -> what we observed there."""
+        """offering 'type:az' -> what we observed there (a record that does not read back is skipped: the
+        pool has the prior's rate alone)."""
 
     def advance_checkpoint(self, pointer: CheckpointPointer) -> bool:
         """Move the job's pointer to `pointer` if it is newer in (attempt, seq); False if not."""
 
-    def get_checkpoint(self, job_id: str) -> CheckpointPointer | None: ...
+    def get_checkpoint(self, job_id: str) -> CheckpointPointer | None:
+        """None if the job has no checkpoint yet. Raises UnreadableRecordError: a pointer that cannot be read
+        is not "no checkpoint" (a job resumed from nothing would redo its work, and its next checkpoint
+        would move the pointer past the progress it lost)."""
 
 
 class LaunchRequest(BaseModel):
@@ -149,6 +196,11 @@ class Compute(Protocol):
 
     def spot_prices(self, instance_types: Sequence[str], zones: Sequence[str], now: datetime) -> list[PriceQuote]:
         """Current Linux spot price per (type, zone) among those asked for (DescribeSpotPriceHistory)."""
+
+    def spot_price_history(self, pool: Pool, start: datetime, end: datetime) -> list[PriceQuote]:
+        """The Linux spot price of `pool` over [start, end], oldest first: the price in effect at `start`
+        (stamped when it took effect) and every change up to `end` (DescribeSpotPriceHistory, which keeps 90
+        days: what an attempt's bill integrates, spotrelay.models.billing)."""
 
     def launch(self, request: LaunchRequest) -> str:
         """Start one instance; returns its id. Raises LaunchRefused when the pool cannot serve now."""

@@ -2,10 +2,18 @@
 
 - An instance tagged spotrelay:managed whose attempt is not live (or that no attempt knows) is
   terminated: it costs money and runs nothing we track.
-- A live attempt whose instance is gone (terminated, stopped, or unknown to EC2) fails its Run task
-  with InstanceLost, as the state-change event would have.
+- A live attempt whose instance is gone (terminated, stopped, or unknown to EC2) has its Run task failed
+  as the state-change event would have, by the same rule (`spotrelay.control.ec2_events.state_change_action`):
+  a spot instance gone before any interruption warning was noted is an interruption, not a loss (the
+  attempt's `interrupted_at` set, so that Recover waits for its final checkpoint; the pool blocked for the
+  job's `recovery.block_minutes`; the task failed with SpotInterrupted), an on-demand one is lost
+  (InstanceLost).
 - A running job whose spend reached `limits.max_total_cost` has its Run task failed with
-  BudgetExhausted (the state machine finalizes it as FAILED and terminates the instance).
+  BudgetExhausted (the state machine finalizes it as FAILED and terminates the instance). The spend is
+  the prices in effect integrated (spotrelay.models.billing): the attempts' settled bills, and the spot
+  price history since the launch of each other one.
+- A bill whose instance's state change was missed is settled here (`end_billing`): a live attempt's
+  when its instance is found gone, an ended attempt's at its close once its instance is gone.
 - An admitted job whose execution has ended (or never started) without reaching a terminal state is
   repaired: an ended execution fails the job with the reason; a missing one is started.
 - A job running on on-demand whose progress is ahead of the uniform line again (Uniform Progress's rule
@@ -13,7 +21,10 @@
   own interrupted runs there: `spotrelay.policy.placement.spot_run_pays_off`), with a feasible spot
   pool, is moved back to spot, make-before-break: a spot instance is launched first, as a standby
   attempt with no task token (a refused launch changes nothing for the job: the pool is blocked as at
-  any refusal). Once the standby runs (ec2_events, or here if that event was missed) the on-demand
+  any refusal; a throttled one, LaunchThrottled, is reported in `move_errors` and tried again at the next
+  run, nothing blocked). A job cancelled or ended while the standby's RunInstances ran has the standby
+  terminated and closed at once, as Launch does (`spotrelay.control.lifecycle.stop_for_ended_job`). Once
+  the standby runs (ec2_events, or here if that event was missed) the on-demand
   attempt's agent is asked to checkpoint and hand the job back; Launch adopts the standby. A standby
   that is not running within STANDBY_BOOT_SECONDS, or not adopted within STANDBY_HANDOVER_SECONDS of
   running, is terminated and closed; the next try for the same attempt waits STANDBY_RETRY_SECONDS,
@@ -26,10 +37,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST
+from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
+from spotrelay.control.ec2_events import (
+    Interrupt,
+    Lose,
+    StateChangeDetail,
+    _interrupt,
+    end_billing,
+    state_change_action,
+)
 from spotrelay.control.jobs import ask_handover, mark_running, update_attempt, update_job, withdraw_handover
 from spotrelay.control.lifecycle import (
     PlacementContext,
@@ -38,13 +58,31 @@ from spotrelay.control.lifecycle import (
     close_standby,
     launch_in_pool,
     placement_now,
+    stop_for_ended_job,
 )
-from spotrelay.control.ports import Clock, Compute, ConflictError, InstanceRef, JobStore, LaunchRefused, Workflow
+from spotrelay.control.ports import (
+    Clock,
+    Compute,
+    ConflictError,
+    InstanceRef,
+    JobStore,
+    LaunchRefused,
+    UnreadableRecordError,
+    Workflow,
+)
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, ensure_transition
+from spotrelay.models.billing import needs_prices, spent_usd
 from spotrelay.policy import MarketAction
 from spotrelay.policy.placement import spot_run_hours
 
 GONE_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+# A gone instance's state as its state-change event gives it
+_AS_STATE_CHANGE: dict[str, Literal["stopping", "stopped", "shutting-down", "terminated"]] = {
+    "stopping": "stopping",
+    "stopped": "stopped",
+    "shutting-down": "shutting-down",
+    "terminated": "terminated",
+}
 STANDBY_BOOT_SECONDS = 600
 STANDBY_HANDOVER_SECONDS = 1800  # the agent reads its record every minute; a final checkpoint takes minutes
 # (+ the checkpoint interval for a job that saves only on its own schedule: it hands over after its next save)
@@ -58,7 +96,9 @@ class ReconcileReport(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     terminated_orphans: list[str] = []
-    lost_attempts: list[str] = []
+    lost_attempts: list[str] = []  # job#attempt whose on-demand instance was found gone: InstanceLost
+    # job#attempt whose spot instance was found gone before any interruption warning: SpotInterrupted
+    interrupted_attempts: list[str] = []
     over_budget: list[str] = []  # jobs whose Run task was failed with BudgetExhausted
     repaired_jobs: list[str] = []
     restarted_executions: list[str] = []
@@ -68,6 +108,9 @@ class ReconcileReport(BaseModel):
     # "job#attempt: error" of a move back to spot that raised (an EC2 or DynamoDB error): the job is left
     # as it was, the other jobs are still reconciled, and the next run tries again
     move_errors: list[str] = []
+    # "job_id: error" or "instance_id: error" of a record that does not read back: left as it is (an instance
+    # is not terminated: whether it runs a live job cannot be told), the others reconciled, reported every run
+    unreadable: list[str] = []
 
 
 def reconcile(
@@ -88,29 +131,42 @@ def reconcile(
     # The active jobs and their attempts, read once for both passes. An instance a live attempt of an active
     # job names is not an orphan: only the others are looked up (their ref, attempt and job), so a run over
     # healthy jobs costs two reads per job, not three more per instance.
-    active = store.active_jobs()
-    attempts_of = {job.job_id: store.attempts(job.job_id) for job in active}
+    unreadable: list[str] = []
+    active: list[Job] = []
+    attempts_of: dict[str, list[Attempt]] = {}
+    for listed_job in store.active_jobs():
+        try:
+            attempts_of[listed_job.job_id] = store.attempts(listed_job.job_id)
+        except UnreadableRecordError as e:  # this job's trouble: the others are reconciled
+            unreadable.append(f"{listed_job.job_id}: {e}")
+            continue
+        active.append(listed_job)
     tracked = {a.instance_id for attempts in attempts_of.values() for a in attempts if a.outcome is None}
     for instance in managed:
         if instance.instance_id in tracked:
             continue
-        ref = store.get_instance_ref(instance.instance_id)
-        if ref is None:
-            if instance.launched_at is None or (now - instance.launched_at).total_seconds() > ORPHAN_GRACE_SECONDS:
+        try:
+            ref = store.get_instance_ref(instance.instance_id)
+            if ref is None:
+                launched = instance.launched_at
+                if launched is None or (now - launched).total_seconds() > ORPHAN_GRACE_SECONDS:
+                    orphans.append(instance.instance_id)
+                continue
+            attempt = store.get_attempt(ref.job_id, ref.attempt)
+            job, _ = store.get_job(ref.job_id)
+            if attempt.outcome is not None or job.state.is_terminal:
                 orphans.append(instance.instance_id)
-            continue
-        attempt = store.get_attempt(ref.job_id, ref.attempt)
-        job, _ = store.get_job(ref.job_id)
-        if attempt.outcome is not None or job.state.is_terminal:
-            orphans.append(instance.instance_id)
-            if attempt.outcome is None:
-                _close_left_open(job, attempt, store, now)
+                if attempt.outcome is None:
+                    _close_left_open(job, attempt, store, now)
+        except UnreadableRecordError as e:  # left running: whether it runs a live job cannot be told
+            unreadable.append(f"{instance.instance_id}: {e}")
     if orphans:
         compute.terminate(orphans)
         for instance_id in orphans:
             listed.pop(instance_id, None)  # terminating now: asked again if anything still needs it
 
     lost: list[str] = []
+    interrupted: list[str] = []
     over_budget: list[str] = []
     repaired: list[str] = []
     restarted: list[str] = []
@@ -122,7 +178,11 @@ def reconcile(
             restarted.append(job.job_id)
             continue
         if status != "RUNNING":
-            _repair(store, compute, job.job_id, status, now)
+            try:
+                _repair(store, compute, job.job_id, status, now)
+            except UnreadableRecordError as e:  # its checkpoint pointer, say: the others are reconciled
+                unreadable.append(f"{job.job_id}: {e}")
+                continue
             repaired.append(job.job_id)
             continue
         attempts = attempts_of[job.job_id]
@@ -130,13 +190,17 @@ def reconcile(
             _drop_stray_standbys(job, attempts, store, compute, now, moves)
         except Exception as e:  # as below: one job's trouble must not stop the safety net for the others
             moves.errors.append(f"{job.job_id}: {type(e).__name__}: {e}")
+        try:
+            _settle_missed_bills(attempts, store, compute, listed, now)
+        except Exception as e:  # as above
+            moves.errors.append(f"{job.job_id}: {type(e).__name__}: {e}")
         live = [a for a in attempts if a.outcome is None and a.attempt == job.attempts]
         for attempt in live:
             if attempt.instance_id is None or attempt.task_token is None or attempt.interrupted_at is not None:
                 continue
             # every attempt so far: the live one, its standby, and standbys closed since the last total
-            if _over_budget(job, attempts, now):
-                spent = sum(a.cost(now) for a in attempts)
+            spent = _spent(job, attempts, compute, now)
+            if _over_budget(job, spent):
                 cause = json.dumps({"spent_usd": round(spent, 4), "max_total_cost": job.spec.limits.max_total_cost})
                 workflow.fail_task(attempt.task_token, ERROR_BUDGET_EXHAUSTED, cause)
                 over_budget.append(job.job_id)
@@ -144,18 +208,22 @@ def reconcile(
             state = _state(compute, listed, attempt.instance_id)
             young = (now - attempt.started_at).total_seconds() < ORPHAN_GRACE_SECONDS
             if state in GONE_STATES or (state == "unknown" and not young):
-                cause = json.dumps({"instance_id": attempt.instance_id, "state": state, "by": "reconcile"})
-                workflow.fail_task(attempt.task_token, ERROR_INSTANCE_LOST, cause)
-                lost.append(f"{job.job_id}#{attempt.attempt}")
+                failed_with = _instance_gone(job, attempt, state, store, workflow, now)
+                if failed_with is not None:
+                    (interrupted if failed_with == ERROR_SPOT_INTERRUPTED else lost).append(
+                        f"{job.job_id}#{attempt.attempt}"
+                    )
+                end_billing(store, compute, attempt, now)  # its state change was missed: gone by now at the latest
                 continue
             if placement is not None:
                 try:
-                    _back_to_spot(job, attempt, attempts, store, compute, listed, now, placement, moves)
+                    _back_to_spot(job, attempt, attempts, store, compute, clock, listed, now, placement, moves)
                 except Exception as e:  # one job's failed move must not stop the safety net for the others
                     moves.errors.append(f"{job.job_id}#{attempt.attempt}: {type(e).__name__}: {e}")
     return ReconcileReport(
         terminated_orphans=orphans,
         lost_attempts=lost,
+        interrupted_attempts=interrupted,
         over_budget=over_budget,
         repaired_jobs=repaired,
         restarted_executions=restarted,
@@ -163,7 +231,35 @@ def reconcile(
         migrating=moves.migrating,
         dropped_standbys=moves.dropped,
         move_errors=moves.errors,
+        unreadable=unreadable,
     )
+
+
+def _instance_gone(
+    job: Job, attempt: Attempt, state: str, store: JobStore, workflow: Workflow, now: datetime
+) -> str | None:
+    """Fail the Run task of a live attempt whose instance is gone (`state`; "unknown": EC2 no longer knows
+    it, as it forgets a terminated instance) as the state-change event it missed would have, by the same
+    rule (`state_change_action`, module docstring of spotrelay.control.ec2_events): a spot instance is
+    interrupted, its `interrupted_at` set now, so that Recover waits for the final checkpoint its agent may
+    have committed; an on-demand one is lost. The error the task was failed with (None: nothing to do)."""
+    assert attempt.instance_id is not None
+    assert attempt.task_token is not None
+    gone = _AS_STATE_CHANGE.get(state, "terminated")  # EC2 forgets a terminated instance in about an hour
+    action = state_change_action(
+        StateChangeDetail.model_construct(instance_id=attempt.instance_id, state=gone), attempt, job
+    )
+    if isinstance(action, Interrupt):
+        block_minutes = job.spec.recovery.block_minutes  # the block its recovery would put there
+        _interrupt(attempt, now, first=action.first_notice, store=store, block_minutes=block_minutes)
+        error = ERROR_SPOT_INTERRUPTED
+    elif isinstance(action, Lose):
+        error = ERROR_INSTANCE_LOST
+    else:
+        return None
+    cause = json.dumps({"instance_id": attempt.instance_id, "state": state, "by": "reconcile"})
+    workflow.fail_task(attempt.task_token, error, cause)
+    return error
 
 
 def _state(compute: Compute, listed: dict[str, str], instance_id: str) -> str:
@@ -188,6 +284,7 @@ def _back_to_spot(
     attempts: list[Attempt],
     store: JobStore,
     compute: Compute,
+    clock: Clock,
     listed: dict[str, str],
     now: datetime,
     context: PlacementContext,
@@ -251,19 +348,18 @@ def _back_to_spot(
                 compute.terminate([launched])
             raise
         store.put_instance_ref(InstanceRef(instance_id=launched, job_id=job.job_id, attempt=number))
-        # The decision was made from reads taken before the launch: if the job ended, was cancelled or
-        # moved on meanwhile, the standby is of no use (and Finalize or cancel may not have seen it).
+        # The decision was made from reads taken before the launch, which took seconds. A job cancelled or
+        # ended meanwhile (cancel and Finalize may not have seen the standby): as Launch does, terminate
+        # the standby first, close it CANCELLED now, and total the job again. A job that moved on another
+        # way (its attempt ended, Recover relaunched it): drop the standby, unless Launch adopts it first.
         fresh_job, _ = store.get_job(job.job_id)
+        if fresh_job.state.is_terminal or fresh_job.cancel_requested:
+            stop_for_ended_job(store, compute, standby, None, clock.now())
+            moves.dropped.append(f"{job.job_id}#{number}")
+            return
         current = store.get_attempt(job.job_id, attempt.attempt)
-        if (
-            fresh_job.state.is_terminal
-            or fresh_job.cancel_requested
-            or fresh_job.attempts != attempt.attempt
-            or current.outcome is not None
-        ):
-            _drop(standby, store, compute, now, moves, outcome=None)
-            if fresh_job.state.is_terminal:  # Finalize or cancel has totalled the job without it
-                _retotal(store, job.job_id, now)
+        if fresh_job.attempts != attempt.attempt or current.outcome is not None:
+            _drop(standby, store, compute, clock.now(), moves, outcome=None)
             return
         moves.standbys.append(f"{job.job_id}#{number}")
         return
@@ -354,9 +450,40 @@ def _retotal(store: JobStore, job_id: str, now: datetime) -> None:
     update_job(store, job_id, lambda fresh: account(fresh, attempts, None, now))
 
 
-def _over_budget(job: Job, attempts: list[Attempt], now: datetime) -> bool:
+def _spent(job: Job, attempts: list[Attempt], compute: Compute, now: datetime) -> float:
+    """What the job's attempts have cost up to `now` at the prices in effect (spotrelay.models.billing): the
+    settled bills, and each other spot attempt's price series from its launch (DescribeSpotPriceHistory).
+    0 for a job without a budget: no price is asked for."""
+    if job.spec.limits.max_total_cost is None:
+        return 0.0
+    histories = {
+        a.attempt: compute.spot_price_history(a.pool, a.started_at, a.billing_end(now))
+        for a in attempts
+        if needs_prices(a)
+    }
+    return spent_usd(attempts, histories, now)
+
+
+def _over_budget(job: Job, spent: float) -> bool:
     cap = job.spec.limits.max_total_cost
-    return cap is not None and sum(a.cost(now) for a in attempts) >= cap
+    return cap is not None and spent >= cap
+
+
+def _settle_missed_bills(
+    attempts: list[Attempt], store: JobStore, compute: Compute, listed: dict[str, str], now: datetime
+) -> None:
+    """An ended attempt whose bill is not settled ORPHAN_GRACE_SECONDS after its close, its instance gone
+    (its state change missed): settle it at the close. The step that closed it terminated the instance then
+    (each does), so EC2 billed it until then at the latest; an earlier report, late, still moves the end
+    back. An instance still there is the orphan pass's to terminate, and its state change settles it."""
+    for attempt in attempts:
+        if attempt.cost_usd is not None or attempt.ended_at is None or attempt.instance_id is None:
+            continue
+        if (now - attempt.ended_at).total_seconds() < ORPHAN_GRACE_SECONDS:
+            continue  # its state change is on its way
+        state = _state(compute, listed, attempt.instance_id)
+        if state in GONE_STATES or state == "unknown":
+            end_billing(store, compute, attempt, attempt.ended_at)
 
 
 def _repair(store: JobStore, compute: Compute, job_id: str, status: str, now: datetime) -> None:

@@ -16,20 +16,25 @@ global randomness or wall time; the replay itself is deterministic, so a seed re
 - A Lambda invocation failing before its handler runs or after it returned (the hook of
   `InProcessLambdas.invoke`): after, its work is done, and the retry repeats it: what idempotency must
   survive. An asynchronous invocation (EventBridge's) that fails, on purpose or not, is retried as
-  Lambda does: "two more times, with a one-minute wait between the first two attempts, and two minutes
-  between the second and third attempts" (AWS Lambda Developer Guide, How Lambda handles errors and
-  retries with asynchronous invocation,
-  https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html); a retry may fail
-  again. The Step Functions tasks' synchronous invocations (place, launch, recover, finalize) fail with
-  a Lambda service error, which the tasks' Retry covers (stacks/lifecycle_construct.py):
-  Lambda.TooManyRequestsException before the handler, Lambda.ServiceException after it.
+  Lambda does (spotrelay.local.lambdas.AsynchronousInvocations: 1 and 2 minutes later, then the function's
+  DLQ if it has one); a retry may fail again. The Step Functions tasks' synchronous invocations (place,
+  launch, recover, finalize) fail with a Lambda service error, which the tasks' Retry covers
+  (stacks/lifecycle_construct.py): Lambda.TooManyRequestsException before the handler,
+  Lambda.ServiceException after it.
 - EC2 refusing a spot launch the market would let through (the hook of `Ec2Market.refusal`):
   InsufficientInstanceCapacity, and, rarer, RequestLimitExceeded (throttling).
 - DynamoDB writes (the hook of `patches.StoreFaults`, as moto handles a PutItem or UpdateItem): throttled
-  (ProvisionedThroughputExceededException, which the SDK retries with backoff), or, for a write
+  (ProvisionedThroughputExceededException: the functions' SDK makes one attempt here, AWS_MAX_ATTEMPTS=1 in
+  spotrelay.local.lambdas, so each reaches its handler as a throttle that outlasted the SDK's retries
+  would: the Step Functions tasks retry it as AwsThrottled, Lambda retries an asynchronous invocation;
+  the agents' SDK retries it), or, for a write
   conditioned on the version its writer read, beaten by a concurrent writer: the item's version moves on
   first, so the condition fails for real and the writer must read again (what every read-modify-write
   of the store must survive).
+- A fault of a launched instance's agent, IMDS, S3 or job (spotrelay.local.faults, what a scenario's
+  `faults:` inject), at a random time of its run: the agent dying without a word (the Run task's
+  heartbeat times out) or restarting (it re-attaches through its state file), IMDS answering late or
+  with 503, S3 uploads failing or stalling for a while, the job ignoring SIGTERM.
 - A spot interruption warning for a launched spot instance, in one of its phases chosen at random
   (launching, restoring, running, checkpointing, finishing): the replay's own notice path (EventBridge
   and the instance's IMDS, the instance terminated two minutes later).
@@ -54,12 +59,12 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from spotrelay.local.ec2_market import Ec2Error, insufficient_capacity
-from spotrelay.local.lambdas import InvocationFault
+from spotrelay.local.faults import Fault, FaultKind
+from spotrelay.local.lambdas import ASYNC_RETRY_WAITS, AsynchronousInvocations, InvocationFault
 from spotrelay.local.patches import STORE_CONFLICT, STORE_THROTTLED, versioned_attribute
 from spotrelay.models import Pool
 
 BOOT_SECONDS = 60.0  # spotrelay.local.workers.BOOT: launch -> `running`, the agent starts
-ASYNC_RETRY_WAITS = (60.0, 120.0)  # Lambda's retries of a failed asynchronous invocation (the docs above)
 # Errors a Step Functions Lambda task gets when the Lambda service fails the invocation: both in the
 # tasks' Retry (stacks/lifecycle_construct.LAMBDA_SERVICE_ERRORS)
 THROTTLED = "Lambda.TooManyRequestsException"  # never ran
@@ -67,7 +72,7 @@ SERVICE_ERROR = "Lambda.ServiceException"  # ran; its answer was lost
 ASYNC_CRASH = "Runtime.ExitError"  # the function's process ended mid-invocation (nobody matches on it)
 REQUEST_LIMIT_EXCEEDED = Ec2Error("RequestLimitExceeded", "Request limit exceeded.", 503)
 TASK_FUNCTIONS = frozenset({"place", "launch", "recover", "finalize"})  # invoked by JobLifecycle's tasks
-STREAMS = ("delivery", "invocation", "ec2", "interruption", "store")
+STREAMS = ("delivery", "invocation", "ec2", "interruption", "store", "agent")
 SHOWN = 8  # injections listed in the text report
 
 
@@ -82,6 +87,7 @@ class ChaosKind(StrEnum):
     INTERRUPTION = "interruption"
     STORE_THROTTLED = "dynamodb-throttled"
     STORE_CONFLICT = "dynamodb-conflict"
+    AGENT_FAULT = "agent-fault"
 
 
 CRASHES = frozenset({ChaosKind.CRASH_BEFORE, ChaosKind.CRASH_AFTER})
@@ -107,8 +113,9 @@ class ChaosOdds:
     insufficient_capacity: float = 0.12  # per spot launch the market allows
     request_limit_exceeded: float = 0.02
     interruption: float = 0.20  # per spot instance launched
-    store_throttled: float = 0.02  # per DynamoDB write (the SDK retries up to 10 times)
+    store_throttled: float = 0.02  # per DynamoDB write
     store_conflict: float = 0.05  # per DynamoDB write conditioned on the version read
+    agent_fault: float = 0.15  # per instance launched: one fault of its agent, IMDS, S3 or job
     max_delay_seconds: float = 120.0
     max_duplicate_lag_seconds: float = 60.0
 
@@ -170,6 +177,42 @@ def store_fault(rng: random.Random, odds: ChaosOdds, *, versioned: bool) -> Chao
     if versioned and draw < odds.store_throttled + odds.store_conflict:
         return ChaosKind.STORE_CONFLICT
     return None
+
+
+AGENT_FAULT_KINDS = (
+    FaultKind.AGENT_DIES,
+    FaultKind.AGENT_RESTARTS,
+    FaultKind.IMDS_SLOW,
+    FaultKind.IMDS_ERROR,
+    FaultKind.S3_FAIL,
+    FaultKind.S3_STALL,
+    FaultKind.IGNORE_SIGTERM,
+)
+
+
+def agent_fault(
+    rng: random.Random, odds: ChaosOdds, *, job: str, attempt: int, launched_hours: float, run_seconds: float
+) -> Fault | None:
+    """Whether one launched instance meets a fault of its agent, IMDS, S3 or job, and which, when (hours
+    from the scenario's start, as a scenario's `faults:` give it) and for how long (four draws when it
+    does, one when it does not)."""
+    if rng.random() >= odds.agent_fault:
+        return None
+    kind = rng.choice(AGENT_FAULT_KINDS)
+    at = launched_hours + (BOOT_SECONDS + rng.uniform(0.0, max(run_seconds, 1.0))) / 3600
+    window = rng.uniform(60.0, 1200.0) / 3600  # 1 to 20 minutes
+    amount = rng.random()
+    fields: dict[str, Any] = {"job": job, "attempt": attempt, "kind": kind, "at": round(at, 6)}
+    if kind is FaultKind.AGENT_RESTARTS:
+        fields["after"] = round((10.0 + amount * 110.0) / 3600, 6)
+    elif kind in (FaultKind.IMDS_SLOW, FaultKind.S3_STALL):
+        fields["seconds"] = round(1.0 + amount * (4.0 if kind is FaultKind.IMDS_SLOW else 299.0), 3)
+        fields["for"] = round(window, 6)
+    elif kind in (FaultKind.IMDS_ERROR, FaultKind.S3_FAIL):
+        fields["for"] = round(window, 6)
+    elif kind is FaultKind.IGNORE_SIGTERM:
+        fields["at"] = 0.0
+    return Fault.model_validate(fields)
 
 
 def interruption_offset(
@@ -265,6 +308,7 @@ class Chaos:
         self._host: ChaosHost | None = None
         self._roles: dict[str, str] = {}  # function name -> handler module
         self._asynchronous: str | None = None  # the function an asynchronous delivery is invoking now
+        self._asynchronous_invocations: AsynchronousInvocations | None = None
         self._lock = threading.RLock()
 
     def attach(self, host: ChaosHost, functions: Mapping[str, str]) -> None:
@@ -310,27 +354,29 @@ class Chaos:
             self.record(kind, module, f"{what} {how.get(kind, '')}")
         for delay in delays:
             if delay <= 0:
-                self._invoke_async(name, send, 1)
+                self._invoke_async(name, send, event)
             else:
-                self._later(delay, f"chaos: delivery to {name}", lambda: self._invoke_async(name, send, 1))
+                self._later(delay, f"chaos: delivery to {name}", lambda: self._invoke_async(name, send, event))
 
-    def _invoke_async(self, name: str, send: Callable[[], str | None], attempt: int) -> None:
-        """One attempt of an asynchronous invocation; Lambda retries a failed one (ASYNC_RETRY_WAITS)."""
-        self._asynchronous = name
-        try:
-            error = send()
-        finally:
-            self._asynchronous = None
-        if error is None:
-            return
-        host = self._require_host()
-        module = self._roles.get(name, name)
-        if attempt > len(ASYNC_RETRY_WAITS):
-            host.note("chaos", f"{module}: asynchronous attempt {attempt} failed too: Lambda discards the event")
-            return
-        wait = ASYNC_RETRY_WAITS[attempt - 1]
-        host.note("chaos", f"{module}: asynchronous attempt {attempt} failed: Lambda retries it {wait:.0f} s later")
-        self._later(wait, f"chaos: retry of {name}", lambda: self._invoke_async(name, send, attempt + 1))
+    def _invoke_async(self, name: str, send: Callable[[], str | None], event: Mapping[str, Any]) -> None:
+        """An asynchronous invocation, retried as Lambda does (lambdas.AsynchronousInvocations)."""
+
+        def attempt() -> str | None:
+            self._asynchronous = name  # fault_for: this invocation is the asynchronous one
+            try:
+                return send()
+            finally:
+                self._asynchronous = None
+
+        self.asynchronous().invoke(name, attempt, dict(event))
+
+    def asynchronous(self) -> AsynchronousInvocations:
+        """Lambda's asynchronous invocations, as this chaos delivers them (the replay sets `dead_letter`)."""
+        if self._asynchronous_invocations is None:
+            self._asynchronous_invocations = AsynchronousInvocations(
+                self._require_host(), label="chaos", who=lambda name: self._roles.get(name, name)
+            )
+        return self._asynchronous_invocations
 
     # --- Lambda invocations (lambdas.InvocationFaults) ---------------------------------------------
 
@@ -383,6 +429,25 @@ class Chaos:
         self.record(kind, "dynamodb", f"{operation} {item}: a concurrent writer moved its version on first")
         return STORE_CONFLICT
 
+    # --- agents (spotrelay.local.faults) -----------------------------------------------------------
+
+    def agent_fault(
+        self, instance_id: str, *, job: str, attempt: int, launched_hours: float, run_seconds: float
+    ) -> Fault | None:
+        """A fault for the instance just launched for `job`'s `attempt` (None: none); recorded now."""
+        with self._lock:
+            fault = agent_fault(
+                self._rngs["agent"],
+                self.odds,
+                job=job,
+                attempt=attempt,
+                launched_hours=launched_hours,
+                run_seconds=run_seconds,
+            )
+        if fault is not None:
+            self.record(ChaosKind.AGENT_FAULT, instance_id, _fault_text(fault))
+        return fault
+
     # --- interruptions -----------------------------------------------------------------------------
 
     def interruption(
@@ -398,6 +463,17 @@ class Chaos:
             return None
         phase, offset = planned
         return launched_at + timedelta(seconds=offset), phase
+
+
+def _fault_text(fault: Fault) -> str:
+    text = f"{fault.kind} at +{fault.at * 60:.0f} min" if fault.at else f"{fault.kind} (the whole run)"
+    if fault.for_hours is not None:
+        text += f" for {fault.for_hours * 60:.0f} min"
+    if fault.seconds is not None:
+        text += f", {fault.seconds:.0f} s an answer"
+    if fault.after is not None:
+        text += f", back {fault.after * 3600:.0f} s later"
+    return text
 
 
 # --------------------------------------------------------------------------------------------- runner

@@ -107,7 +107,7 @@ class Fault(BaseModel):
         if isinstance(data, dict):
             data = dict(data)
             kind = data.get("kind")
-            if kind in set(FaultKind):
+            if isinstance(kind, str) and kind in set(FaultKind):
                 given = set(data) - {"job", "attempt", "kind", "at"}
                 known = {"for", "after", "seconds", "status", "exit_code"}  # other keys: pydantic says "extra"
                 stray = sorted((given & known) - FIELDS[FaultKind(kind)])

@@ -22,7 +22,9 @@ checkpoint each agent resumed from, the terminal state each job first reached):
 - readable: every job, attempt, checkpoint pointer and blocked-pool record reads back with this
   version's models;
 - billing: every managed instance pending or running is named by exactly one attempt record, and no two
-  attempt records name the same instance.
+  attempt records name the same instance; every settled bill (`Attempt.cost_usd`) is the price in effect:
+  the scenario's spot prices integrated from the attempt's launch to its `billed_until`, as EC2 would
+  bill it (spotrelay.models.billing); and no instance still pending or running has had its bill ended.
 
 `peek` reads moto's in-process backends (a Scan, a DescribeInstances and a ListExecutions answered by
 moto cost ~50 ms together here, longer than most replay steps); `read` asks the same of the API, and
@@ -41,12 +43,14 @@ from pydantic import BaseModel, ValidationError
 from spotrelay.config import SCHEDULE_MINUTES, TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from spotrelay.control.ports import CheckpointPointer
 from spotrelay.control.reconcile import ORPHAN_GRACE_SECONDS
-from spotrelay.models import Attempt, Job, JobState
+from spotrelay.models import Attempt, Job, JobState, Market
+from spotrelay.models.billing import billed_usd
 from spotrelay.policy import BlockedPool
 
 if TYPE_CHECKING:
     from spotrelay.local.deploy import LocalStack
     from spotrelay.local.runtime import LocalRuntime
+    from spotrelay.market import SpotMarket
 
 RUNNING_STATES = frozenset({"pending", "running"})  # an instance that is billed (and could run a job)
 WORK_EPSILON = 1e-9  # reference-GPU hours: floats that round-trip through JSON exactly, compared with slack
@@ -126,6 +130,7 @@ class Snapshot:
     submitted: Mapping[str, datetime] = field(default_factory=dict)  # job id -> when SQS accepted its message
     reconcile_period: timedelta = timedelta(minutes=SCHEDULE_MINUTES)
     orphan_grace: timedelta = timedelta(seconds=ORPHAN_GRACE_SECONDS)
+    market: SpotMarket | None = None  # the scenario's: the prices a bill is checked against (None: not checked)
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,7 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
         *check_resumes(snapshot),
         *check_one_runner(snapshot),
         *check_readable(snapshot),
+        *check_bills(snapshot),
     ]
 
 
@@ -215,7 +221,14 @@ def check_instances(s: Snapshot) -> list[Violation]:
         owners = named.get(instance.instance_id, [])
         job_id = owners[0].job_id if owners else instance.job_id
         attempt = owners[0].attempt if owners else instance.attempt
-        if not owners:
+        tagged = s.jobs.get(instance.job_id) if instance.job_id is not None else None
+        # Launch records its attempt a moment after RunInstances returns, and again when a throttled or
+        # crashed Launch is retried (the same client token: the same instance): an instance its tags give to
+        # a live job is that job's for reconcile's grace (ORPHAN_GRACE_SECONDS), as reconcile itself holds
+        being_recorded = (
+            tagged is not None and not tagged.state.is_terminal and s.now - instance.launched_at <= s.orphan_grace
+        )
+        if not owners and not being_recorded:
             found.append(
                 Violation(
                     "unattributed-instance",
@@ -314,6 +327,57 @@ def check_one_runner(s: Snapshot) -> list[Violation]:
             found.append(
                 Violation("runs-twice", job_id, f"live at once: {which}", s.now, last.instance_id, last.attempt)
             )
+    return found
+
+
+# A settled bill against the scenario's prices: DescribeSpotPriceHistory gives prices to 6 decimals and
+# times to the second (spotrelay.local.ec2_market)
+BILL_TOLERANCE_USD = 1e-4
+
+
+def scenario_bill(market: SpotMarket, attempt: Attempt) -> float | None:
+    """What EC2 bills `attempt`'s spot instance from its launch to its `billed_until` at the scenario's prices
+    (the launch price where the market has none). None if its bill is not ended, or it is not spot."""
+    end = attempt.billed_until
+    if end is None or attempt.pool.market is not Market.SPOT:
+        return None
+    changes = market.price_changes(attempt.pool, market.to_hours(attempt.started_at), market.to_hours(end))
+    return billed_usd(
+        attempt.hourly_price, [(market.to_datetime(t), usd) for t, usd in changes], attempt.started_at, end
+    )
+
+
+def check_bills(s: Snapshot) -> list[Violation]:
+    states = {i.instance_id: i.state for i in s.instances}
+    found: list[Violation] = []
+    for job_id, attempts in sorted(s.attempts.items()):
+        for a in attempts:
+            state = states.get(a.instance_id or "")
+            if a.billed_until is not None and state in RUNNING_STATES:
+                found.append(
+                    Violation(
+                        "bill-ended-early",
+                        job_id,
+                        f"{a.instance_id} ({state}) is billed to attempt {a.attempt} only until {_iso(a.billed_until)}",
+                        s.now,
+                        a.instance_id,
+                        a.attempt,
+                    )
+                )
+            expected = scenario_bill(s.market, a) if s.market is not None and a.cost_usd is not None else None
+            if expected is not None and a.cost_usd is not None and abs(a.cost_usd - expected) > BILL_TOLERANCE_USD:
+                found.append(
+                    Violation(
+                        "billed-off-price",
+                        job_id,
+                        f"attempt {a.attempt} on {a.pool.offering} is billed ${a.cost_usd:.4f} from "
+                        f"{_iso(a.started_at)} to {_iso(a.billed_until or s.now)}; at the prices in effect "
+                        f"it is ${expected:.4f}",
+                        s.now,
+                        a.instance_id,
+                        a.attempt,
+                    )
+                )
     return found
 
 
@@ -510,8 +574,11 @@ def _checkpoint_order(text: Any) -> tuple[int, int] | None:
 class InvariantMonitor:
     """Checks each snapshot of a replay; keeps the history the checks need and each violation once."""
 
-    def __init__(self, *, reconcile_period: timedelta = timedelta(minutes=SCHEDULE_MINUTES)) -> None:
+    def __init__(
+        self, *, reconcile_period: timedelta = timedelta(minutes=SCHEDULE_MINUTES), market: SpotMarket | None = None
+    ) -> None:
         self.reconcile_period = reconcile_period
+        self.market = market
         self.cache = ReadCache()
         self.checked = 0
         self.violations: list[Violation] = []
@@ -575,6 +642,7 @@ class InvariantMonitor:
             final=final,
             submitted=submitted or {},
             reconcile_period=self.reconcile_period,
+            market=self.market,
         )
         new = [v for v in check_invariants(snapshot) if v.key not in self._seen]
         for violation in new:

@@ -22,6 +22,13 @@ Writes a handler makes to `os.environ` stay in its invocation's view and are gon
 A fault hook (`InProcessLambdas.faults`, spotrelay.local.chaos) may fail an invocation before its
 handler runs or after it returned (its work done), with the error type it names, as Lambda itself fails one.
 
+`AsynchronousInvocations` is what Lambda does with an asynchronous invocation (EventBridge's) that fails:
+"two more times, with a one-minute wait between the first two attempts, and two minutes between the
+second and third attempts" (AWS Lambda Developer Guide, How Lambda handles errors and retries with
+asynchronous invocation, https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html),
+then the event goes to the function's dead-letter queue if it has one, or is discarded. The chaos and a
+scenario's outage of the functions (spotrelay.local.outages) both deliver through it.
+
 Invocations are still serialized by one re-entrant lock (the module cache, the request ids and the
 list of invocations are shared, and handlers were written to run one at a time); a handler may invoke
 another function (finalize wakes the dispatcher), which runs nested, in the same thread, with its
@@ -37,9 +44,10 @@ import re
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -131,6 +139,57 @@ class InvocationFaults(Protocol):
     """Decides, as an invocation starts, whether it fails around its handler (None: it does not)."""
 
     def fault_for(self, function_name: str) -> InvocationFault | None: ...
+
+
+ASYNC_RETRY_WAITS = (60.0, 120.0)  # Lambda's retries of a failed asynchronous invocation (the docstring)
+
+
+class AsynchronousHost(Protocol):
+    """What Lambda's retries need: the clock's now, an agenda, a timeline."""
+
+    def now(self) -> datetime: ...
+
+    def schedule(self, when: datetime, label: str, action: Callable[[], None]) -> None: ...
+
+    def note(self, job: str, text: str, when: datetime | None = None) -> None: ...
+
+
+DeadLetter = Callable[[str, Any, str], bool]
+"""(function name, the event, the last error) -> whether the function has a DLQ and the event went there."""
+
+
+class AsynchronousInvocations:
+    """Lambda's asynchronous invocations of one runtime: `invoke(name, send, event)` makes the first attempt
+    now, and retries a failed one (`send()` returns its error) ASYNC_RETRY_WAITS later on the host's agenda;
+    after the last, `dead_letter` (if set) gets the event. `who(name)` is how the timeline names a function
+    (its handler module); `label` is the timeline's column for the notes."""
+
+    def __init__(self, host: AsynchronousHost, *, label: str = "lambda", who: Callable[[str], str] | None = None):
+        self.host = host
+        self.label = label
+        self.who = who or (lambda name: name)
+        self.dead_letter: DeadLetter | None = None
+        self.given_up: list[tuple[datetime, str, bool]] = []  # (when, function, dead-lettered)
+
+    def invoke(self, name: str, send: Callable[[], str | None], event: Any, attempt: int = 1) -> None:
+        error = send()
+        if error is None:
+            return
+        module = self.who(name)
+        if attempt <= len(ASYNC_RETRY_WAITS):
+            wait = ASYNC_RETRY_WAITS[attempt - 1]
+            text = f"{module}: asynchronous attempt {attempt} failed: Lambda retries it {wait:.0f} s later"
+            self.host.note(self.label, text)
+            self.host.schedule(
+                self.host.now() + timedelta(seconds=wait),
+                f"retry of {name}",
+                lambda: self.invoke(name, send, event, attempt + 1),
+            )
+            return
+        dead_lettered = self.dead_letter is not None and self.dead_letter(name, event, error)
+        self.given_up.append((self.host.now(), module, dead_lettered))
+        where = "sends the event to its DLQ" if dead_lettered else "discards the event"
+        self.host.note(self.label, f"{module}: asynchronous attempt {attempt} failed too: Lambda {where}")
 
 
 class InjectedFault(RuntimeError):

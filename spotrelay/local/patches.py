@@ -14,6 +14,10 @@ Lambda and EventBridge
   moto lets a rule without a pattern match every event). A delivery hook (`Installed.delivery_faults`,
   spotrelay.local.chaos) may make a Lambda target's delivery twice, later or never; it patches nothing
   more of moto (its deliveries go through the same `LambdaFunction.invoke`).
+- `Replay.replay_events` (StartReplay): only the archived events of the replay's window (EventStartTime to
+  EventEndTime, by each event's `time`) are delivered again; stock moto delivers every event in the
+  archive, whatever the window. They go through `Rule.send_to_targets` as stock moto sends them (each
+  with a new id and its `replay-name`, so the archive's own rule does not archive them again).
 
 The virtual clock (all under moto/stepfunctions/parser/asl/, see `spotrelay.local.clock`)
 - `ExecutionWorker.start`: an execution becomes a process of the clock (queued when started, holds
@@ -106,6 +110,7 @@ from moto.ec2.responses.fleets import Fleets
 from moto.ec2.responses.instances import InstanceResponse
 from moto.ec2.responses.spot_instances import SpotInstances
 from moto.events.models import Archive, Rule
+from moto.events.models import Replay as EventsReplay
 from moto.kms.models import Key
 from moto.s3.models import FakeBucket
 from moto.stepfunctions import responses as sfn_responses
@@ -159,6 +164,19 @@ _SFN_ENV = "moto.stepfunctions.parser.asl.eval.environment.Environment"
 
 EXPECTED: tuple[Expected, ...] = (
     Expected(LambdaFunction, "_invoke_lambda", "(self, event: 'str | None' = None) -> 'tuple[str, bool, str]'"),
+    Expected(  # the replay's window: the events it delivers are `archive.events`, its times the request's
+        EventsReplay,
+        "replay_events",
+        "(self, archive: 'Archive') -> 'None'",
+        ("for event in archive.events:",),
+    ),
+    Expected(
+        EventsReplay,
+        "__init__",
+        "(self, account_id: 'str', region_name: 'str', name: 'str', description: 'str', source_arn: 'str', "
+        "start_time: 'str', end_time: 'str', destination: 'dict[str, Any]')",
+        ("self.event_start_time = start_time", "self.event_end_time = end_time"),
+    ),
     Expected(
         LambdaFunction,
         "invoke",
@@ -464,7 +482,7 @@ STORE_CONFLICT = "conflict"
 class StoreFaults(Protocol):
     """Whether one DynamoDB write (PutItem, UpdateItem: `request` is its JSON body) meets a fault as moto
     is about to handle it (spotrelay.local.chaos): STORE_THROTTLED, answered with
-    ProvisionedThroughputExceededException (which the SDK retries, with backoff); STORE_CONFLICT, a
+    ProvisionedThroughputExceededException (which an SDK with retries retries, with backoff); STORE_CONFLICT, a
     concurrent writer that got there first: the item's version moves on, so a write conditioned on the
     version it read fails its condition for real and the writer reads again; None, no fault."""
 
@@ -619,6 +637,27 @@ def _patch_events(patcher: _Patcher, deliveries: list[Delivery]) -> None:
             original(rest, original_event, transform_input)
 
     patcher.replace(Rule, "send_to_targets", send_to_targets)
+
+    original_replay: Callable[[EventsReplay, Archive], None] = patcher.original(EventsReplay, "replay_events")
+
+    def replay_events(self: EventsReplay, archive: Archive) -> None:
+        start, end = _epoch(self.event_start_time), _epoch(self.event_end_time)
+        window = copy.copy(archive)  # the same archive, with only the window's events to go through
+        window.events = [e for e in archive.events if start <= _epoch(e.get("time")) <= end]
+        original_replay(self, window)
+
+    patcher.replace(EventsReplay, "replay_events", replay_events)
+
+
+def _epoch(value: Any) -> float:
+    """A time as moto holds it (epoch seconds, as a number or text; ISO text) -> epoch seconds."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    text = str(value)
+    try:
+        return float(text)
+    except ValueError:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def _deliver(

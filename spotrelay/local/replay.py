@@ -22,6 +22,11 @@ What the replay does (and AWS would):
   on the simulated worker as it would on a real instance;
 - checks the invariants of every replay (spotrelay.local.invariants) after each step and at the end: a
   violation fails the replay, as a failed expectation does;
+- under a scenario's `outages_of_functions` (spotrelay.local.outages), fails every Lambda invocation in each
+  window before its handler runs: the tasks' Retry waits it out, EventBridge's events are retried by Lambda
+  and then dead-lettered; its `operator:` steps then run the recovery the README's runbook gives
+  (spotrelay.aws.recovery, as `spotrelay admin redrive` / `replay-archive` call it), each reported in
+  `ReplayResult.operator`;
 - under a chaos seed (`replay(..., chaos=SEED)`, spotrelay.local.chaos), injects faults at random,
   reproducibly: EventBridge deliveries duplicated, delayed or dropped, Lambda invocations failed (and
   retried as Lambda and the state machine do), spot launches refused, interruption warnings at any phase
@@ -43,6 +48,7 @@ import json
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -53,6 +59,7 @@ from typing import Any
 from moto.moto_api._internal import mock_random
 
 from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
+from spotrelay.aws import recovery
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.config import (
@@ -75,11 +82,14 @@ from spotrelay.local.deploy import LocalStack
 from spotrelay.local.ec2_market import Launch
 from spotrelay.local.imds import InstanceMetadataService
 from spotrelay.local.invariants import InvariantMonitor, Violation, peek, read, report_json, summary
-from spotrelay.local.lambdas import REPO_ROOT
+from spotrelay.local.lambdas import REPO_ROOT, AsynchronousInvocations
+from spotrelay.local.outages import AsynchronousDeliveries, FunctionOutages, dead_letters_to_sqs
 from spotrelay.local.runtime import LocalRuntime
 from spotrelay.local.scenario import (
     Expectation,
     Injection,
+    OperatorAction,
+    OperatorStep,
     Scenario,
     ScenarioError,
     Submission,
@@ -194,6 +204,19 @@ class ExpectationResult:
     detail: str
 
 
+@dataclass(frozen=True)
+class OperatorReport:
+    """One `operator:` step as it ran: redrive-dlq (per DLQ: found, handled, failed, depth before and
+    after) or replay-archive (the replay's name, window, and the deliveries it made)."""
+
+    at: datetime
+    run: str
+    detail: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": iso(self.at), "run": self.run, **self.detail}
+
+
 @dataclass
 class ReplayResult:
     scenario: Scenario
@@ -212,6 +235,9 @@ class ReplayResult:
     invariant_checks: int = 0  # spotrelay.local.invariants: after each step where something happened, at the end
     violations: list[Violation] = field(default_factory=list)
     chaos: ChaosReport | None = None  # what a chaos seed injected (spotrelay.local.chaos)
+    operator: list[OperatorReport] = field(default_factory=list)  # the scenario's operator: steps, as they ran
+    dead_lettered: dict[str, int] = field(default_factory=dict)  # function -> events Lambda sent to its DLQ
+    failed_by_outage: dict[str, int] = field(default_factory=dict)  # function -> invocations an outage failed
 
     @property
     def passed(self) -> bool:
@@ -231,6 +257,7 @@ class ReplayResult:
             "expectations": {"passed": passed, "failed": len(self.expectations) - passed},
             "invariants": report_json(self.invariant_checks, self.violations),
             **({"chaos": self.chaos.to_json()} if self.chaos is not None else {}),
+            **({"operator": [o.to_json() for o in self.operator]} if self.operator else {}),
         }
 
 
@@ -307,7 +334,9 @@ class Replay:
         self._alarm = "OK"
         self._events_injected = 0
         self._attempt_cache: dict[str, list[Attempt]] = {}  # filled by the report, once the replay is over
-        self.invariants = InvariantMonitor(reconcile_period=timedelta(minutes=scenario.schedule_minutes))
+        self.invariants = InvariantMonitor(
+            reconcile_period=timedelta(minutes=scenario.schedule_minutes), market=self.market
+        )  # bills are checked against the scenario's prices
         self._checked_activity: tuple[int, int, int] | None = None  # what had happened at the last check
         self._recorded: dict[str, dict[str, Any]] = {
             kind: json.loads((RECORDED_DIR / name).read_text()) for kind, name in _RECORDED.items()
@@ -484,7 +513,8 @@ class Replay:
             tracked.done = True
             ended = job.ended_at or self.clock.now()
             if job.state is JobState.SUCCEEDED:
-                text = f"finished: SUCCEEDED after {job.attempts} attempt(s), ${job.cost_usd:.2f}"
+                # no cost here: its last instance is still billed until its end is reported (the cost report)
+                text = f"finished: SUCCEEDED after {job.attempts} attempt(s)"
             else:
                 text = f"finished: {job.state} ({job.failure_reason or 'no reason'})"
             self.note(tracked.submission.name, text, ended)
@@ -504,6 +534,16 @@ class Replay:
             t = self.market.interruption_time(launch.pool, self.market.to_hours(launch.at), launch.max_price)
             interruption = self.market.to_datetime(t) if t is not None else None
         name = tracked.submission.name
+        faults = [f for f in self.scenario.faults if f.attempt == attempt and f.job in {name, tracked.submission.entry}]
+        if self.chaos is not None:
+            chaos_fault = self.chaos.agent_fault(
+                launch.instance_id,
+                job=name,
+                attempt=attempt,
+                launched_hours=(launch.at - self.scenario.start).total_seconds() / 3600,
+                run_seconds=max(0.0, (spec.work_hours or DEFAULT_WORK_HOURS) - job.work_done_hours) * 3600,
+            )
+            faults += [chaos_fault] if chaos_fault is not None else []
         worker = InstanceWorker(
             host=self,
             launch=launch,
@@ -514,9 +554,7 @@ class Replay:
             work_hours=spec.work_hours or DEFAULT_WORK_HOURS,
             interruption_at=interruption,
             scenario_start=self.scenario.start,
-            faults=[
-                f for f in self.scenario.faults if f.attempt == attempt and f.job in {name, tracked.submission.entry}
-            ],
+            faults=faults,
         )
         self.workers[launch.instance_id] = worker
         self._workers_by_attempt[(job_id, attempt)] = worker
@@ -655,8 +693,10 @@ class Replay:
             # backends): seed again, so that job ids and instance ids depend on the scenario and seed only.
             mock_random.seed(self.seed)
             self._attach_chaos()
+            self._attach_outages()
             self._load_agenda(events)
             self._loop()
+            self._settle_bills()
             self.clock.wait_quiescent()
             self._check_invariants(final=True)
             result = self._report(time.perf_counter() - started)
@@ -675,6 +715,78 @@ class Replay:
         installed.store_faults = chaos
         self.runtime.lambdas.faults = chaos
         self.runtime.market.refusal_faults = chaos.refuse_launch
+
+    def _attach_outages(self) -> None:
+        """The scenario's outages of the functions and its operator steps (spotrelay.local.outages)."""
+        scenario = self.scenario
+        self._asynchronous: AsynchronousInvocations | None = None
+        self._outages: FunctionOutages | None = None
+        self._operator: list[OperatorReport] = []
+        if not scenario.outages_of_functions and not scenario.operator:
+            return
+        installed = patches.installed()
+        assert installed is not None
+        roles = {name: module for module, name in self.stack.functions.items()}
+        if self.chaos is not None:
+            self._asynchronous = self.chaos.asynchronous()
+        else:
+            self._asynchronous = AsynchronousInvocations(self, label="lambda", who=lambda name: roles.get(name, name))
+            installed.delivery_faults = AsynchronousDeliveries(self._asynchronous)
+        self._asynchronous.dead_letter = dead_letters_to_sqs(self.runtime.sqs, self._dead_letter_queues())
+        windows = [(scenario.at(o.start), scenario.at(o.end)) for o in scenario.outages_of_functions]
+        self._outages = FunctionOutages(self.now, windows, otherwise=self.runtime.lambdas.faults)
+        self.runtime.lambdas.faults = self._outages
+        for start, end in windows:
+            self.schedule(
+                start, "outage", lambda: self.note("-", "control plane down: every function invocation fails")
+            )
+            self.schedule(end, "outage", lambda: self.note("-", "control plane back: the functions answer again"))
+        for step in scenario.operator:
+            self.schedule(scenario.at(step.at), "operator", lambda step=step: self._run_operator(step))  # type: ignore[misc]
+
+    def _dead_letter_queues(self) -> dict[str, str]:
+        """function name -> its DLQ's URL, from the stack's outputs (moto keeps no DeadLetterConfig)."""
+        outputs = self.stack.outputs
+        return {
+            outputs[recovery.function_name_output(module)]: outputs[recovery.dead_letter_queue_output(module)]
+            for module in recovery.DEAD_LETTERED_FUNCTIONS
+            if recovery.function_name_output(module) in outputs and recovery.dead_letter_queue_output(module) in outputs
+        }
+
+    def _run_operator(self, step: OperatorStep) -> None:
+        """An operator step, calling what the CLI command calls (spotrelay.aws.recovery)."""
+        sqs = self.runtime.sqs
+        if step.run is OperatorAction.REDRIVE_DLQ:
+            for function, queue_url in self._dead_letter_queues().items():
+                before = recovery.queue_depth(sqs, queue_url)
+                done = recovery.redrive(sqs, self.runtime.client("lambda"), queue_url=queue_url, function_name=function)
+                after = recovery.queue_depth(sqs, queue_url)
+                detail = {"function": function, "depth_before": before, "found": done.found, "handled": done.handled}
+                detail |= {"failed": done.failed, "depth_after": after}
+                self._operator.append(OperatorReport(self.clock.now(), str(step.run), detail))
+                self.note(
+                    "operator",
+                    f"spotrelay admin redrive: {done.handled} of {done.found} dead-lettered events of {function} "
+                    f"handled, {done.failed} failed again; the DLQ holds {after} (held {before})",
+                )
+            return
+        assert step.start is not None
+        assert step.end is not None
+        start, end = self.scenario.at(step.start), self.scenario.at(step.end)
+        deliveries = len(self.runtime.deliveries)
+        replayed = recovery.replay_archive(
+            self.runtime.events, archive_name=recovery.archive_name(self.stack.outputs), start=start, end=end
+        )
+        made = self.runtime.deliveries[deliveries:]
+        detail = {"name": replayed.name, "from": iso(start), "to": iso(end), "state": replayed.state}
+        detail |= {"events": len({d.event_id for d in made}), "deliveries": len(made)}
+        detail |= {"failed": sum(1 for d in made if d.error is not None)}
+        self._operator.append(OperatorReport(self.clock.now(), str(step.run), detail))
+        self.note(
+            "operator",
+            f"spotrelay admin replay-archive {iso(start)} to {iso(end)}: {detail['events']} archived events "
+            f"delivered again ({detail['deliveries']} deliveries, {detail['failed']} failed)",
+        )
 
     def _load_agenda(self, events: Sequence[Injection]) -> None:
         pending = submissions(self.scenario)
@@ -709,6 +821,27 @@ class Replay:
             if self._activity() != self._checked_activity:
                 self._check_invariants()
             while self._agenda and self._agenda[0][0] <= clock.now() and not self._all_done():
+                _, _, _, action = heapq.heappop(self._agenda)
+                self._act(action)
+
+    def _settle_bills(self) -> None:
+        """Every job has ended; the `terminated` state changes of their last instances are still on their way
+        (spotrelay.local.workers sends one TERMINATED_AFTER TerminateInstances). Run on until the last of them
+        is out, so that the report's costs are the bills settled at each instance's end
+        (spotrelay.models.billing), as `spotrelay cost` shows them once the events are handled. (A replay cut
+        short by its horizon reports what was known then.)"""
+        ends = [when for when, _, label, _ in self._agenda if label.endswith(" terminated")]
+        if not self._all_done() or not ends:
+            return
+        deadline = min(max(ends), self.horizon)
+        clock = self.clock
+        while True:
+            due = [t for t in (self._agenda[0][0] if self._agenda else None, clock.next_wakeup()) if t is not None]
+            if not due or min(due) > deadline:
+                return
+            clock.advance_to(min(due))
+            self._observe()
+            while self._agenda and self._agenda[0][0] <= clock.now():
                 _, _, _, action = heapq.heappop(self._agenda)
                 self._act(action)
 
@@ -749,6 +882,13 @@ class Replay:
             invariant_checks=self.invariants.checked,
             violations=list(self.invariants.violations),
             chaos=self.chaos.report() if self.chaos is not None else None,
+            operator=list(self._operator),
+            dead_lettered=dict(
+                Counter(module for _, module, sent in self._asynchronous.given_up if sent)
+                if self._asynchronous is not None
+                else {}
+            ),
+            failed_by_outage=dict(self._outages.failed) if self._outages is not None else {},
         )
         result.expectations = [check(e, result, self._attempt_spans()) for e in self.scenario.expect]
         return result
@@ -1025,6 +1165,7 @@ def run_scenario_file(path: str | Path, *, seed: int | None = None) -> ReplayRes
 __all__ = [
     "ExpectationResult",
     "JobReport",
+    "OperatorReport",
     "Replay",
     "ReplayResult",
     "TimelineEntry",

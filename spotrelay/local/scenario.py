@@ -19,6 +19,11 @@ jobs:
 events:                      # recorded AWS events, injected as they are, bound to a job's attempt
   - {at: 1h, file: ../recorded/spot-interruption-warning.json, instance: {job: resnet50, attempt: 1}}
   - {file: incident.jsonl}   # `spotrelay events export` output: times kept relative to its first event
+outages_of_functions:        # the control plane down: every Lambda invocation in the window fails
+  - {from: 30m, to: 60m}
+operator:                    # what an operator runs afterwards, as the CLI runs it (the README's runbook)
+  - {at: 70m, run: redrive-dlq}                        # spotrelay admin redrive
+  - {at: 70m, run: replay-archive, from: 30m, to: 60m}  # spotrelay admin replay-archive
 expect:
   - {job: resnet50, state: SUCCEEDED, min_attempts: 2}
   - {max_running_instances: 8}
@@ -34,15 +39,16 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Self
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from spotrelay.local.faults import Fault
+from spotrelay.local.faults import MAX_HOURS, Fault
 from spotrelay.market import MarketSpec, parse_duration
 from spotrelay.models import JobSpecError, JobState, Market
-from spotrelay.models.job_spec import DocumentLimits, decode_document, read_document
+from spotrelay.models.job_spec import DocumentLimits, decode_document, decode_json, read_document
 
 DEFAULT_HORIZON_HOURS = 48.0
 
@@ -123,6 +129,51 @@ class Expectation(_Spec):
     )
 
 
+_WITHIN = {"ge": 0, "le": MAX_HOURS}  # after start, within a year of it (as faults are)
+
+
+class FunctionOutage(_Spec):
+    """From `from` to `to` (after start) every invocation of every function fails before its handler runs,
+    as the Lambda service fails it (spotrelay.local.outages)."""
+
+    start: Annotated[Hours, Field(alias="from", **_WITHIN)]
+    end: Annotated[Hours, Field(alias="to", **_WITHIN)]
+
+    @model_validator(mode="after")
+    def _a_window(self) -> Self:
+        if self.end <= self.start:
+            raise ValueError(f"to ({self.end:g} h) must come after from ({self.start:g} h)")
+        return self
+
+
+class OperatorAction(StrEnum):
+    REDRIVE_DLQ = "redrive-dlq"  # spotrelay admin redrive: the functions' DLQs, invoked again
+    REPLAY_ARCHIVE = "replay-archive"  # spotrelay admin replay-archive: StartReplay of the event archive
+
+
+class OperatorStep(_Spec):
+    """An operator's recovery step at `at`, calling what the CLI command calls (spotrelay.aws.recovery)."""
+
+    at: Annotated[Hours, Field(**_WITHIN)]
+    run: OperatorAction
+    start: Annotated[Hours | None, Field(alias="from", **_WITHIN)] = None
+    end: Annotated[Hours | None, Field(alias="to", **_WITHIN)] = None
+
+    @model_validator(mode="after")
+    def _window_for_a_replay(self) -> Self:
+        window = self.start is not None or self.end is not None
+        if self.run is OperatorAction.REDRIVE_DLQ and window:
+            raise ValueError("redrive-dlq takes no from/to: it redrives every message in the DLQs")
+        if self.run is OperatorAction.REPLAY_ARCHIVE:
+            if self.start is None or self.end is None:
+                raise ValueError("replay-archive needs from and to: the window of events to deliver again")
+            if self.end <= self.start:
+                raise ValueError(f"to ({self.end:g} h) must come after from ({self.start:g} h)")
+            if self.end > self.at:
+                raise ValueError(f"to ({self.end:g} h) is after the step itself (at {self.at:g} h): not archived yet")
+        return self
+
+
 def _events_list(value: object) -> object:
     return [value] if isinstance(value, Mapping) else value
 
@@ -139,8 +190,32 @@ class Scenario(_Spec):
     jobs: list[JobEntry] = []
     events: Annotated[list[EventEntry], BeforeValidator(_events_list)] = []
     faults: list[Fault] = Field(default=[], description="spotrelay.local.faults: agent, IMDS, S3 and job faults")
+    outages_of_functions: list[FunctionOutage] = Field(
+        default=[], max_length=100, description="windows when every Lambda invocation fails (the control plane down)"
+    )
+    operator: list[OperatorStep] = Field(
+        default=[], max_length=100, description="recovery steps an operator runs: redrive-dlq, replay-archive"
+    )
     expect: list[Expectation] = []
     base_dir: Path = Field(default=Path("."), exclude=True)
+
+    @model_validator(mode="after")
+    def _times_on_the_calendar(self) -> Self:
+        """Every time the replay reckons from `start` is a date (`horizon: 1e300` is no OverflowError later)."""
+        offsets = {"horizon": self.horizon}
+        offsets |= {f"jobs[{i}].at": job.at for i, job in enumerate(self.jobs)}
+        offsets |= {f"events[{i}].at": event.at for i, event in enumerate(self.events) if event.at is not None}
+        offsets |= {f"outages_of_functions[{i}].to": outage.end for i, outage in enumerate(self.outages_of_functions)}
+        offsets |= {f"operator[{i}].at": step.at for i, step in enumerate(self.operator)}
+        for field, hours in offsets.items():
+            try:
+                self.at(hours)
+            except OverflowError:
+                raise ValueError(
+                    f"{field}: {hours:g} h after start ({self.start:%Y-%m-%d}) is past the last date a replay can "
+                    "reach (9999-12-31)"
+                ) from None
+        return self
 
     def at(self, hours: float) -> datetime:
         return self.start + timedelta(hours=hours)
@@ -170,8 +245,8 @@ def parse_scenario(data: Any, base_dir: Path, source: str = "scenario") -> Scena
 # each. Bounded as a job spec is (spotrelay.models.job_spec), far above any real scenario: a longer market
 # belongs in a price or trace file.
 SCENARIO_LIMITS = DocumentLimits(max_bytes=2 * 1024 * 1024, max_depth=32, max_nodes=50_000, what="a scenario")
-# An events file (`spotrelay events export`'s .jsonl) is about 1 KiB an event. Reading one uses the size and
-# the name: each event is parsed by json (its nesting bounded by Python's recursion limit)
+# An events file (`spotrelay events export`'s .jsonl) is about 1 KiB an event. Each event (a line, or the .json
+# file) is decoded within these limits, as a queue message is (decode_json: depth, nodes, digits)
 EVENTS_FILE_LIMITS = replace(SCENARIO_LIMITS, max_bytes=64 * 1024 * 1024, what="recorded events (JSON)")
 
 
@@ -231,7 +306,14 @@ def submissions(scenario: Scenario) -> list[Submission]:
                 body["work_hours"] = entry.work_hours
             if entry.priority is not None:
                 body["priority"] = entry.priority
-            out.append(Submission(at=when, entry=base_name, name=name, body=json.dumps(body, sort_keys=True)))
+            try:
+                text = json.dumps(body, sort_keys=True)
+            except (TypeError, ValueError) as e:  # a YAML date, set or binary value; keys of mixed types
+                raise ScenarioError(
+                    f"jobs[{i}].spec: cannot be sent as a queue message ({e}): a message is JSON, its keys text; "
+                    "quote dates, and give lists, not sets"
+                ) from None
+            out.append(Submission(at=when, entry=base_name, name=name, body=text))
     return sorted(out, key=lambda s: s.at)
 
 
@@ -276,6 +358,17 @@ def _check_event(event: object, where: str) -> None:
         )
 
 
+def _decode_event(text: str, source: str, field: str) -> dict[str, Any]:
+    """One recorded event, decoded within EVENTS_FILE_LIMITS; a ScenarioError naming `field` and `source` if
+    it is not JSON, or not an EventBridge event."""
+    try:
+        event = decode_json(text, source, EVENTS_FILE_LIMITS)
+    except JobSpecError as e:
+        raise ScenarioError(f"{field}: {e}") from None
+    _check_event(event, f"{field}: {source}")
+    return dict(event)
+
+
 def injections(scenario: Scenario) -> list[Injection]:
     """The scenario's events, each with its injection time, in time order (then the order given).
 
@@ -295,19 +388,24 @@ def injections(scenario: Scenario) -> list[Injection]:
             for n, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():
                     continue
-                try:
-                    events.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ScenarioError(f"events[{i}].file: {file}:{n}: not JSON ({e.msg})") from None
-                except RecursionError:
-                    raise ScenarioError(f"events[{i}].file: {file}:{n}: nested too deep for an event") from None
+                events.append(_decode_event(line, f"{file}:{n}", f"events[{i}].file"))
             times = [t for e in events if (t := _parse_time(e.get("time"))) is not None]
             first = min(times) if times else None
             for n, event in enumerate(events, start=1):
-                _check_event(event, f"events[{i}].file: {file}:{n}")
                 recorded = _parse_time(event.get("time"))
-                when = offset + (recorded - first if recorded is not None and first is not None else timedelta(0))
+                try:
+                    when = offset + (recorded - first if recorded is not None and first is not None else timedelta(0))
+                except OverflowError:
+                    raise ScenarioError(
+                        f"events[{i}].file: {file}:{n}: time {event['time']} is too far from the file's first event "
+                        f"({first}): the replay's clock cannot reach it"
+                    ) from None
                 note = event.pop("spotrelay", None) or {}
+                if not isinstance(note, dict):
+                    raise ScenarioError(
+                        f"events[{i}].file: {file}:{n}: spotrelay: the annotation is {{job: name, attempt: n}} "
+                        f"(as `spotrelay events export` writes it), not {type(note).__name__}"
+                    )
                 binding = entry.instance
                 job = binding.job if binding else note.get("job")
                 attempt = binding.attempt if binding else note.get("attempt")
@@ -321,13 +419,7 @@ def injections(scenario: Scenario) -> list[Injection]:
                     )
                 )
         else:
-            try:
-                event = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ScenarioError(f"events[{i}].file: {file}: not JSON ({e.msg})") from None
-            except RecursionError:
-                raise ScenarioError(f"events[{i}].file: {file}: nested too deep for an event") from None
-            _check_event(event, f"events[{i}].file: {file}")
+            event = _decode_event(text, str(file), f"events[{i}].file")
             out.append(
                 Injection(
                     at=offset,

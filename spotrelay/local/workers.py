@@ -37,19 +37,26 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from spotrelay.agent.agent import Agent, AgentError, AgentSettings
 from spotrelay.agent.imds import ImdsClient
 from spotrelay.agent.logs import LOGGER_NAME
+from spotrelay.agent.main import wait_for_credentials
 from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.catalog import INSTANCE_TYPES, relative_speed
 from spotrelay.clock import ClockEvent, ClockThread
 from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
+from spotrelay.control.vend import VendRefused
 from spotrelay.local.clock import VirtualClock
+from spotrelay.local.deploy import LocalStack
 from spotrelay.local.ec2_market import Launch
 from spotrelay.local.faults import Fault, FaultKind, FaultyStorage
 from spotrelay.local.imds import ENDPOINT, ImdsFault, InstanceMetadataService
+from spotrelay.local.job_credentials import instance_credentials
+from spotrelay.local.runtime import DRIVER_CONFIG, LocalRuntime
 from spotrelay.local.sim_job import STEP_SAVE_SECONDS, STOP_SECONDS, JobBehaviour, SimulatedJobRunner
 from spotrelay.models import JobSpec, Market
 
@@ -79,6 +86,12 @@ class WorkerHost(Protocol):
     def terminate(self, instance_id: str) -> None: ...
 
     def note(self, job: str, text: str, when: datetime | None = None) -> None: ...
+
+    @property
+    def runtime(self) -> LocalRuntime: ...
+
+    @property
+    def stack(self) -> LocalStack: ...
 
 
 # --- the instance's clock: the virtual clock, until the instance (or its agent) is gone ----------
@@ -280,6 +293,7 @@ class InstanceWorker:
     _instance: Life = field(default_factory=Life)
     _agent_life: Life | None = None
     _runner: SimulatedJobRunner | None = None
+    _clients: tuple[DynamoJobStore, S3CheckpointStorage, StepFunctionsTaskTokens] | None = None
 
     @property
     def instance_id(self) -> str:
@@ -374,27 +388,29 @@ class InstanceWorker:
             for f in self.faults
             if f.kind in {FaultKind.S3_FAIL, FaultKind.S3_STALL}
         ]
-        storage = FaultyStorage(self.host.storage, clock, windows) if windows else self.host.storage
-        agent = Agent(
-            job_id=self.job_id,
-            attempt=self.attempt,
-            store=self.host.store,
-            storage=storage,
-            tokens=CountingTokens(self.host.tokens, self),
-            metadata=ImdsClient(ENDPOINT, monotonic=clock.monotonic, opener=self.host.imds.opener(self.instance_id)),
-            settings=AgentSettings(
-                state_dir=self.directory / "state",
-                checkpoint_dir=self.directory / "checkpoint",
-                refresh_after=None,
-            ),
-            runner=self._runner,
-            clock=clock,
-        )
 
         def run() -> None:
             try:
+                store, job_storage, tokens = self._job_clients(clock)
+                agent = Agent(
+                    job_id=self.job_id,
+                    attempt=self.attempt,
+                    store=store,
+                    storage=FaultyStorage(job_storage, clock, windows) if windows else job_storage,
+                    tokens=CountingTokens(tokens, self),
+                    metadata=ImdsClient(
+                        ENDPOINT, monotonic=clock.monotonic, opener=self.host.imds.opener(self.instance_id)
+                    ),
+                    settings=AgentSettings(
+                        state_dir=self.directory / "state",
+                        checkpoint_dir=self.directory / "checkpoint",
+                        refresh_after=None,
+                    ),
+                    runner=self._runner,
+                    clock=clock,
+                )
                 result = agent.run()
-            except AgentError as e:
+            except (AgentError, VendRefused, BotoCoreError, ClientError) as e:
                 self.record("agent-error", error=str(e))
                 self.host.note(self.job_name, f"attempt {self.attempt}: the agent cannot go on ({e})")
                 return
@@ -406,6 +422,21 @@ class InstanceWorker:
                 self.outcome = result.outcome.kind
 
         clock.start_thread(f"agent {self.instance_id}", run)
+
+    def _job_clients(self, clock: MortalClock) -> tuple[DynamoJobStore, S3CheckpointStorage, StepFunctionsTaskTokens]:
+        """The agent's clients on its job's own credentials, from vend (spotrelay.local.job_credentials):
+        asked for once per attempt, and kept across agent restarts (they last an hour)."""
+        if self._clients is None:
+            credentials = instance_credentials(self.host.runtime, self.host.stack)
+            vend = credentials.vend_client(self.instance_id)
+            first = wait_for_credentials(vend.fetch, clock=clock)
+            session = credentials.job_session(first, vend)
+            self._clients = (
+                DynamoJobStore(self.host.store.table_name, session.client("dynamodb", config=DRIVER_CONFIG)),
+                S3CheckpointStorage(session.client("s3", config=DRIVER_CONFIG), self.host.storage.bucket),
+                StepFunctionsTaskTokens(session.client("stepfunctions", config=DRIVER_CONFIG)),
+            )
+        return self._clients
 
     def _agent_dies(self) -> None:
         if self._agent_life is not None and self._agent_life.alive and self.state == "running":

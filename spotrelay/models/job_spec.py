@@ -541,8 +541,10 @@ def read_document(path: Path, limits: DocumentLimits = JOB_SPEC_LIMITS) -> str:
             raise JobSpecError(str(path), ["not a regular file: give a YAML or JSON file"])
         with path.open("rb") as file:
             data = file.read(limits.max_bytes + 1)
-    except OSError as e:
-        raise JobSpecError(str(path), [f"cannot read: {e.strerror or e}"]) from None
+    except JobSpecError:
+        raise
+    except (OSError, ValueError) as e:  # ValueError: a name no file can have (a NUL, an unpaired surrogate)
+        raise JobSpecError(str(path), [f"cannot read: {getattr(e, 'strerror', None) or e}"]) from None
     return document_text(data, str(path), limits)
 
 
@@ -645,6 +647,35 @@ def _bounded_loader(source: str, limits: DocumentLimits) -> Any:
             self.depth -= 1
             return node
 
+        def construct_object(self, node: Any, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep=deep)
+            except JobSpecError:
+                raise
+            except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as e:
+                # PyYAML's own constructors raise these, not a YAMLError, for a value its tag cannot hold: a
+                # date that is none (2024-13-45), `!!int abc`, `!!bool maybe`, `!!float ''`
+                kind = str(node.tag).rsplit(":", 1)[-1]
+                why = f" ({e})" if type(e) is ValueError else ""
+                raise JobSpecError(
+                    source,
+                    [
+                        f"line {node.start_mark.line + 1}: {_shown(node.value)} reads as a YAML {kind}, and is not a "
+                        f"valid one{why}; quote it if it is text"
+                    ],
+                ) from None
+
+        def scan_flow_scalar_non_spaces(self, double: bool, start_mark: Any) -> Any:
+            try:
+                return super().scan_flow_scalar_non_spaces(double, start_mark)
+            except ValueError:  # chr() of an escape past the last code point: "\U00110000"
+                raise yaml.scanner.ScannerError(
+                    "while scanning a double-quoted scalar",
+                    start_mark,
+                    "an escape past U+10FFFF, the last Unicode character",
+                    self.get_mark(),
+                ) from None
+
         def _count(self, nodes: int, event: Any) -> None:
             self.nodes += nodes
             if self.nodes > limits.max_nodes:
@@ -685,6 +716,8 @@ def _bounded_loader(source: str, limits: DocumentLimits) -> Any:
                 )
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if not isinstance(node, yaml.MappingNode):  # (`!!map [1]`): PyYAML's error, naming the line
+                return super().construct_mapping(node, deep=deep)
             seen: set[Any] = set()
             for key_node, _ in node.value:
                 line = key_node.start_mark.line + 1

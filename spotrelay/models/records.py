@@ -98,6 +98,13 @@ class Attempt(BaseModel):
     migrate_requested_at: AwareDatetime | None = None
     handover_from: int | None = Field(default=None, ge=1, description="the attempt this standby replaces")
     lost_work_hours: float = Field(default=0, ge=0, description="reference-GPU hours done and not checkpointed")
+    # The bill (spotrelay.models.billing): it runs from the launch until EC2 stops billing the instance, the
+    # earliest time the instance was reported gone (its state change, or reconcile), not the attempt's close.
+    # Settled then: the price in effect over that time, integrated, so that reading a cost never calls EC2.
+    billed_until: AwareDatetime | None = Field(default=None, description="when EC2 stopped billing the instance")
+    cost_usd: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description="the settled bill, launch to billed_until"
+    )
 
     @property
     def is_live(self) -> bool:
@@ -112,8 +119,20 @@ class Attempt(BaseModel):
         end = self.ended_at or now
         return max(0.0, (end - self.started_at).total_seconds() / 3600)
 
+    def billing_end(self, now: datetime) -> datetime:
+        """Where the bill ends, as known at `now`: the instance's end once reported; until then the attempt's
+        close (every step that closes an attempt terminates its instance), or `now` while it is live."""
+        return self.billed_until or self.ended_at or now
+
+    def billed_hours(self, now: datetime) -> float:
+        return max(0.0, (self.billing_end(now) - self.started_at).total_seconds() / 3600)
+
     def cost(self, now: datetime) -> float:
-        return self.hourly_price * self.runtime_hours(now)
+        """USD: the settled bill; until it is settled, the billed hours so far at the launch price (the
+        control plane's budget check integrates the prices in effect: spotrelay.models.billing.spent_usd)."""
+        if self.cost_usd is not None:
+            return self.cost_usd
+        return self.hourly_price * self.billed_hours(now)
 
 
 class PlannedPool(BaseModel):
@@ -140,7 +159,7 @@ class Job(BaseModel):
     interruptions: int = Field(default=0, ge=0)
     restarts: int = Field(default=0, ge=0, description="restarts after the user's code failed")
     work_done_hours: float = Field(default=0, ge=0, description="reference-GPU hours in the last checkpoint")
-    cost_usd: float = Field(default=0, ge=0, description="across all ended attempts")
+    cost_usd: float = Field(default=0, ge=0, description="the ended attempts' bills (Attempt.cost), derived")
     lost_work_hours: float = Field(default=0, ge=0)
     failure_reason: str | None = None
     placement: tuple[PlannedPool, ...] = Field(default=(), description="the latest ranking, best first")

@@ -165,5 +165,5 @@ def test_the_systemd_unit_restarts_the_agent_and_never_kills_the_job_with_it() -
     assert "Restart=on-failure" in lines
     assert "KillMode=process" in lines
     assert "StateDirectory=spotrelay" in lines
-    assert "ExecStart=/opt/spotrelay/venv/bin/spotrelay agent" in lines
+    assert "ExecStart=/opt/spotrelay/venv/bin/spotrelay agent --job-user spotrelay-job" in lines
     assert lines.index("Environment=SPOTRELAY_BUCKET=b") < lines.index("Environment=SPOTRELAY_TABLE=t")

@@ -130,39 +130,51 @@ def test_executions_and_task_tokens_go_to_the_functions_that_need_them(
     assert holders("states:StartExecution") == roles("dispatcher")
     assert holders("states:StopExecution") == roles("reconcile", "cancel")
     assert holders("states:SendTaskSuccess") == roles("ec2_events", "cancel", "reconcile") | {
-        f"<{synthesized.logical_id(synthesized.stack.worker.role)}>"
+        f"<{synthesized.logical_id(synthesized.stack.job_credentials.job_role)}>"
     }
     assert holders("sqs:ReceiveMessage") == holders("sqs:DeleteMessage") == roles("dispatcher")
-    assert holders("sqs:SendMessage") == roles("dispatcher")
+    assert holders("sqs:SendMessage") == roles("dispatcher", "ec2_events")  # ec2_events: Lambda's DLQ (its role)
     [wake] = [s for s in allows if "lambda:InvokeFunction" in s.actions and _role(synthesized, "finalize") in s.roles]
     assert wake.resources == (f"<{synthesized.function_ids()['dispatcher']}.Arn>",)
 
 
 def test_dispatcher_sends_only_to_the_dlq(synthesized: Synthesized, allows: list[Statement]) -> None:
-    [send] = [s for s in allows if "sqs:SendMessage" in s.actions]
+    dispatcher = _role(synthesized, "dispatcher")
+    [send] = [s for s in allows if "sqs:SendMessage" in s.actions and dispatcher in s.roles]
     assert send.resources == (f"<{synthesized.logical_id(synthesized.stack.job_queue.dead_letter_queue)}.Arn>",)
 
 
-def test_worker_reaches_only_jobs_and_agent_prefixes_of_the_bucket(
+def test_ec2_events_sends_only_to_its_own_dlq_and_uses_only_its_key(
     synthesized: Synthesized, allows: list[Statement]
 ) -> None:
+    # Given ec2_events' role, which Lambda uses to dead-letter an event it gave up on
+    role = _role(synthesized, "ec2_events")
+    functions = synthesized.stack.functions
+    # Then it may send to its DLQ, and to no other queue
+    [send] = [s for s in allows if "sqs:SendMessage" in s.actions and role in s.roles]
+    assert send.resources == (f"<{synthesized.logical_id(functions.dead_letter_queues['ec2_events'])}.Arn>",)
+    assert not [s for s in allows if role in s.roles and {"sqs:ReceiveMessage", "sqs:DeleteMessage"} & set(s.actions)]
+    # And encrypt with the DLQ's key only
+    key = f"<{synthesized.logical_id(functions.dead_letter_key)}.Arn>"
+    kms = [s for s in allows if role in s.roles and any(a.startswith("kms:") for a in s.actions)]
+    assert kms
+    assert all(s.resources == (key,) for s in kms)
+
+
+def test_worker_role_reaches_only_the_agent_wheel_its_logs_and_vend(
+    synthesized: Synthesized, allows: list[Statement]
+) -> None:
+    # Its job's data is reached with vend's credentials only (tests/infrastructure/test_job_isolation.py)
     worker = f"<{synthesized.logical_id(synthesized.stack.worker.role)}>"
     bucket = f"<{synthesized.logical_id(synthesized.stack.storage.bucket)}.Arn>"
-    s3 = [s for s in allows if worker in s.roles and any(a.startswith("s3:") for a in s.actions)]
-    by_resource = {resource: set(s.actions) for s in s3 for resource in s.resources}
-    assert by_resource == {
-        f"{bucket}/jobs/*": {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"},
-        f"{bucket}/agent/*": {"s3:GetObject"},
-        bucket: {"s3:ListBucket"},
+    granted = {(a, r) for s in allows if worker in s.roles for a in s.actions for r in s.resources}
+    log_group = f"<{synthesized.logical_id(synthesized.stack.worker.log_group)}.Arn>"
+    assert granted == {
+        ("s3:GetObject", f"{bucket}/agent/*"),
+        ("lambda:InvokeFunction", f"<{synthesized.function_ids()['vend']}.Arn>"),
+        ("logs:CreateLogStream", log_group),
+        ("logs:PutLogEvents", log_group),
     }
-    [listing] = [s for s in s3 if "s3:ListBucket" in s.actions]
-    assert listing.condition == {"StringLike": {"s3:prefix": ["jobs/*"]}}
-    dynamodb = {a for s in allows if worker in s.roles for a in s.actions if a.startswith("dynamodb:")}
-    assert dynamodb == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
-    token_statements = [s for s in allows if worker in s.roles and "states:SendTaskHeartbeat" in s.actions]
-    assert [set(s.actions) for s in token_statements] == [
-        {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
-    ]
 
 
 def test_function_roles_have_no_managed_policies(synthesized: Synthesized) -> None:

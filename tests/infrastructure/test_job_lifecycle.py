@@ -15,6 +15,23 @@ SERVICE_ERRORS = [
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
 ]
+# Every task's first Retry: a Lambda service error, the control plane down, waited out for 55 minutes
+SERVICE_RETRY = {
+    "ErrorEquals": SERVICE_ERRORS,
+    "IntervalSeconds": 1,
+    "BackoffRate": 2,
+    "MaxAttempts": 60,
+    "MaxDelaySeconds": 60,
+}
+# ... and its second: an AWS call of the function throttled past the SDK's retries (spotrelay.aws.errors),
+# about two minutes of backoff before the error is the step's failure
+THROTTLED_RETRY = {
+    "ErrorEquals": ["AwsThrottled"],
+    "IntervalSeconds": 1,
+    "BackoffRate": 2,
+    "MaxAttempts": 8,
+    "MaxDelaySeconds": 30,
+}
 DECISION_SELECTOR = {
     "action.$": "$.Payload.action",
     "wait_seconds.$": "$.Payload.wait_seconds",
@@ -57,7 +74,9 @@ def test_place_invokes_place_selects_the_decision_and_retries_service_errors_and
     assert place["ResultSelector"] == DECISION_SELECTOR
     assert place["ResultPath"] == "$.place"
     assert place["Retry"] == [
-        {"ErrorEquals": [*SERVICE_ERRORS, "ConflictError"], "IntervalSeconds": 1, "BackoffRate": 2, "MaxAttempts": 5}
+        SERVICE_RETRY,
+        THROTTLED_RETRY,
+        {"ErrorEquals": ["ConflictError"], "IntervalSeconds": 1, "BackoffRate": 2, "MaxAttempts": 5},
     ]
     assert place["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": lc.FINALIZE_FAILED}]
     assert place["Next"] == lc.PLACE_CHOICE
@@ -98,8 +117,13 @@ def test_run_waits_for_the_task_token_with_a_heartbeat_and_catches_in_order(
     # Language) time the task out after 60 s, and `spotrelay local up` lost every job after a minute
     assert run["TimeoutSeconds"] == 365 * 24 * 3600
     assert run["ResultPath"] == "$.run"
+    # A throttled launch, once its retries are spent, goes back to Place as a refused one does: never FAILED
     assert run["Catch"] == [
-        {"ErrorEquals": ["InsufficientInstanceCapacity"], "ResultPath": "$.error", "Next": lc.PLACE},
+        {
+            "ErrorEquals": ["InsufficientInstanceCapacity", "LaunchThrottled"],
+            "ResultPath": "$.error",
+            "Next": lc.PLACE,
+        },
         {"ErrorEquals": ["JobCancelled"], "ResultPath": "$.error", "Next": lc.FINALIZE_CANCELLED},
         {
             "ErrorEquals": [
@@ -115,8 +139,19 @@ def test_run_waits_for_the_task_token_with_a_heartbeat_and_catches_in_order(
         },
         {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": lc.FINALIZE_FAILED},
     ]
-    # Only a failed *invocation* of launch is retried, never what the worker reported
-    assert run["Retry"] == [{"ErrorEquals": SERVICE_ERRORS, "IntervalSeconds": 1, "BackoffRate": 2, "MaxAttempts": 5}]
+    # Only a failed *invocation* of launch is retried, and a launch EC2 throttled (with a longer backoff:
+    # 2, 4, 8, 16, 30, 30 s), never what the worker reported
+    assert run["Retry"] == [
+        SERVICE_RETRY,
+        THROTTLED_RETRY,
+        {
+            "ErrorEquals": ["LaunchThrottled"],
+            "IntervalSeconds": 2,
+            "BackoffRate": 2,
+            "MaxAttempts": 6,
+            "MaxDelaySeconds": 30,
+        },
+    ]
     assert run["Next"] == lc.FINALIZE_SUCCEEDED
 
 
@@ -179,12 +214,14 @@ def test_finalize_retries_hard_then_the_outcome_ends_the_execution(
     assert finalize["Parameters"]["Payload"] == {"job_id.$": "$.job_id", "final.$": "$.final"}
     assert finalize["ResultPath"] == "$.finalized"
     assert finalize["Retry"] == [
+        SERVICE_RETRY,
+        THROTTLED_RETRY,
         {
-            "ErrorEquals": [*SERVICE_ERRORS, "ConflictError", "States.TaskFailed"],
+            "ErrorEquals": ["ConflictError", "States.TaskFailed"],
             "IntervalSeconds": 1,
             "BackoffRate": 2,
             "MaxAttempts": 6,
-        }
+        },
     ]
     assert finalize["Next"] == lc.OUTCOME
     outcome = states[lc.OUTCOME]
@@ -224,3 +261,17 @@ def test_every_path_to_the_end_goes_through_finalize(states: dict[str, dict[str,
             reachable.add(name)
             frontier.extend(successors(name))
     assert reachable == set(states)
+
+
+def test_a_task_waits_out_a_control_plane_outage_of_more_than_30_minutes(states: dict[str, dict[str, Any]]) -> None:
+    # Given the first Retry of each Lambda task (1 s doubling, capped at MaxDelaySeconds)
+    for name in (lc.PLACE, lc.RUN, lc.RECOVER, lc.FINALIZE):
+        retry = states[name]["Retry"][0]
+        waits = [
+            min(retry["IntervalSeconds"] * retry["BackoffRate"] ** n, retry["MaxDelaySeconds"])
+            for n in range(retry["MaxAttempts"])
+        ]
+        # Then its retries span a 30-minute outage with room to spare, and the first after it comes within a minute
+        assert sum(waits) >= 45 * 60, name
+        assert max(waits) <= 60, name
+    assert lc.SERVICE_RETRY_COVERS_SECONDS == sum(lc.service_retry_waits()) == 63 + 54 * 60

@@ -42,7 +42,7 @@ def test_job_queue_and_dlq_are_kms_encrypted_with_a_rotated_key_and_redrive_afte
     )
     # And both refuse requests without TLS
     queue_policies = synthesized.of_type("AWS::SQS::QueuePolicy").values()
-    assert len(queue_policies) == 2
+    assert len(queue_policies) == 3  # the job queue, its DLQ, ec2_events' DLQ
     assert all(_denies_insecure_transport(p["Properties"]["PolicyDocument"]) for p in queue_policies)
 
 
@@ -128,7 +128,7 @@ def test_launch_template_requires_imdsv2_exposes_tags_and_encrypts_the_root_volu
     assert data["MetadataOptions"] == {
         "HttpEndpoint": "enabled",
         "HttpTokens": "required",
-        "HttpPutResponseHopLimit": 2,
+        "HttpPutResponseHopLimit": 1,
         "InstanceMetadataTags": "enabled",
     }
     [root] = data["BlockDeviceMappings"]
@@ -292,3 +292,22 @@ def test_created_vpc_has_two_public_subnets_no_nat_and_gateway_endpoints(synthes
     assert sorted(e["ServiceName"].rsplit(".", 1)[-1] for e in endpoints) == ["dynamodb", "s3"]
     assert {e.get("VpcEndpointType", "Gateway") for e in endpoints} == {"Gateway"}
     synthesized.template.resource_count_is("AWS::EC2::FlowLog", 1)
+
+
+def test_ec2_events_dead_letters_what_lambda_gives_up_on_and_the_stack_names_it(synthesized: Synthesized) -> None:
+    # Given ec2_events, invoked asynchronously by the EC2 rules
+    functions = synthesized.stack.functions
+    function = synthesized.properties(functions.functions["ec2_events"])
+    dlq = functions.dead_letter_queues["ec2_events"]
+    # Then an event Lambda gave up on goes to its DLQ, kept 14 days and encrypted with a rotated key
+    assert render(function["DeadLetterConfig"]["TargetArn"]) == f"<{synthesized.logical_id(dlq)}.Arn>"
+    queue = synthesized.properties(dlq)
+    assert queue["MessageRetentionPeriod"] == 14 * 24 * 3600
+    _key_with_rotation(synthesized, render(queue["KmsMasterKeyId"]))
+    # And the runbook's commands find the DLQ, the function and the archive from the stack's outputs
+    outputs = synthesized.template.to_json()["Outputs"]
+    assert render(outputs["Ec2EventsDeadLetterQueueUrl"]["Value"]) == f"<{synthesized.logical_id(dlq)}>"
+    assert render(outputs["Ec2EventsFunctionName"]["Value"]) == f"<{synthesized.function_ids()['ec2_events']}>"
+    archive = synthesized.logical_id(synthesized.stack.event_rules.archive)
+    assert render(outputs["EventArchiveName"]["Value"]) == f"<{archive}>"
+    assert render(outputs["EventArchiveArn"]["Value"]) == f"<{archive}.Arn>"

@@ -30,10 +30,13 @@ from spotrelay.aws.workflow import execution_arn
 from spotrelay.config import (
     ENV_ALLOWED_FAMILIES,
     ENV_BLOCK_MINUTES,
+    ENV_BUCKET_ARN,
+    ENV_BUCKET_KEY_ARN,
     ENV_BUDGET_USD_PER_HOUR,
     ENV_DISPATCHER_FUNCTION,
     ENV_DLQ_URL,
     ENV_HEARTBEAT_SECONDS,
+    ENV_JOB_ROLE_ARN,
     ENV_LAUNCH_TEMPLATE_ID,
     ENV_MAX_CONCURRENT_JOBS,
     ENV_QUEUE_URL,
@@ -41,6 +44,8 @@ from spotrelay.config import (
     ENV_STATE_MACHINE_ARN,
     ENV_SUBNETS,
     ENV_TABLE,
+    ENV_TABLE_ARN,
+    ENV_WORKER_ROLE_ARN,
     SETTINGS_BY_FUNCTION,
 )
 from spotrelay.models import Job, JobState, parse_job_spec
@@ -343,6 +348,12 @@ def function_environment(queues: Queues, lifecycle: Lifecycle, network: Network)
         ENV_DISPATCHER_FUNCTION: DISPATCHER_FUNCTION,
         ENV_BLOCK_MINUTES: str(BLOCK_MINUTES),
         ENV_HEARTBEAT_SECONDS: str(HEARTBEAT_SECONDS),
+        # vend's: names only (tests/integration/test_vend.py runs its step on moto)
+        ENV_WORKER_ROLE_ARN: "arn:aws:iam::123456789012:role/spotrelay-worker",
+        ENV_JOB_ROLE_ARN: "arn:aws:iam::123456789012:role/spotrelay-job",
+        ENV_TABLE_ARN: f"arn:aws:dynamodb:us-east-1:123456789012:table/{TABLE}",
+        ENV_BUCKET_ARN: "arn:aws:s3:::spotrelay-checkpoints",
+        ENV_BUCKET_KEY_ARN: "arn:aws:kms:us-east-1:123456789012:key/0e7d3a4c-1b2f-4c5d-8e9f-0a1b2c3d4e5f",
     }
 
 

@@ -12,7 +12,8 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from spotrelay.aws.compute import Ec2Compute
-from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID, TAG_JOB_NAME, TAG_MANAGED
+from spotrelay.config import ERROR_LAUNCH_THROTTLED, TAG_ATTEMPT, TAG_JOB_ID, TAG_JOB_NAME, TAG_MANAGED
+from spotrelay.control.lifecycle import LaunchThrottled
 from spotrelay.control.ports import LaunchRefused, LaunchRequest
 from spotrelay.models import Market, Pool
 
@@ -118,6 +119,30 @@ def test_a_pool_that_cannot_serve_now_is_a_launch_refusal(network: Network, code
     assert refused.value.code == code
 
 
+def test_a_throttled_launch_is_not_a_refusal_of_the_pool(network: Network) -> None:
+    # Given EC2 throttling RunInstances (the account's request rate, once the SDK's own retries are spent)
+    client = boto3.client("ec2", region_name=REGION)
+    compute = Ec2Compute(client, launch_template_id=network.launch_template_id, region=REGION)
+    with Stubber(client) as stub:
+        stub.add_client_error(
+            "run_instances",
+            service_error_code="RequestLimitExceeded",
+            service_message="Request limit exceeded.",
+            http_status_code=503,
+        )
+
+        # When a launch is tried / Then it raises LaunchThrottled, the error name the Run task retries on,
+        # and not LaunchRefused, which would block a pool that may well have capacity
+        with pytest.raises(LaunchThrottled) as throttled:
+            compute.launch(request(network))
+    assert not isinstance(throttled.value, LaunchRefused)
+    assert type(throttled.value).__name__ == ERROR_LAUNCH_THROTTLED
+    assert (throttled.value.code, str(throttled.value)) == (
+        "RequestLimitExceeded",
+        "RequestLimitExceeded: Request limit exceeded.",
+    )
+
+
 def test_other_launch_errors_propagate(compute: Ec2Compute, network: Network) -> None:
     # Given a request for a subnet that does not exist
     broken = request(network).model_copy(update={"subnet_id": "subnet-00000000000000000"})
@@ -182,6 +207,53 @@ def test_the_price_in_effect_now_wins_over_older_and_later_ones(network: Network
 
     # Then it is the latest one stamped at or before now
     assert [(q.usd_per_hour, q.timestamp) for q in quotes] == [(0.41, NOW - timedelta(minutes=20))]
+
+
+def test_an_attempts_price_history_is_its_pools_prices_oldest_first(network: Network) -> None:
+    # Given EC2's answer for a pool over an attempt's life, newest first: the price in effect at the launch
+    # (stamped when it took effect, before the launch), a change during the run, and another zone's price
+    client = boto3.client("ec2", region_name=REGION)
+    compute = Ec2Compute(client, region=REGION)
+    launch, end = NOW - timedelta(hours=3), NOW
+    entries = [
+        ("us-east-1a", NOW - timedelta(hours=1), "0.70"),
+        ("us-east-1b", NOW - timedelta(hours=2), "9.00"),
+        ("us-east-1a", launch - timedelta(days=2), "0.35"),
+    ]
+    with Stubber(client) as stub:
+        stub.add_response(
+            "describe_spot_price_history",
+            {
+                "SpotPriceHistory": [
+                    {
+                        "AvailabilityZone": zone,
+                        "InstanceType": "g6.xlarge",
+                        "ProductDescription": "Linux/UNIX",
+                        "SpotPrice": price,
+                        "Timestamp": stamp,
+                    }
+                    for zone, stamp, price in entries
+                ]
+            },
+            {
+                "InstanceTypes": ["g6.xlarge"],
+                "ProductDescriptions": ["Linux/UNIX"],
+                "StartTime": launch,
+                "EndTime": end,
+                "Filters": [{"Name": "availability-zone", "Values": ["us-east-1a"]}],
+            },
+        )
+
+        # When the attempt's price history is asked for
+        history = compute.spot_price_history(
+            Pool(instance_type="g6.xlarge", availability_zone="us-east-1a"), launch, end
+        )
+
+    # Then it is that pool's prices, oldest first, each stamped when it took effect
+    assert [(q.usd_per_hour, q.timestamp, q.pool.availability_zone) for q in history] == [
+        (0.35, launch - timedelta(days=2), "us-east-1a"),
+        (0.70, NOW - timedelta(hours=1), "us-east-1a"),
+    ]
 
 
 # --- instances --------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def test_reconcile_leaves_a_fresh_untracked_instance_alone(deployment: Deploymen
 
 
 def test_reconcile_fails_the_run_task_of_an_instance_terminated_out_of_band(deployment: Deployment) -> None:
-    # Given a live attempt whose instance was terminated without any event reaching spotrelay
+    # Given a live spot attempt whose instance was terminated without any event reaching spotrelay
     launched = deployment.launch_job(JOB)
     deployment.ec2.terminate_instances(InstanceIds=[launched.instance_id])
     failures = TaskFailures(deployment.load("reconcile").workflow.client)
@@ -75,11 +75,13 @@ def test_reconcile_fails_the_run_task_of_an_instance_terminated_out_of_band(depl
     # When reconcile runs
     report = deployment.invoke("reconcile", {"source": "aws.scheduler"})
 
-    # Then the attempt is reported lost, and its Run task fails with InstanceLost, so the execution does
-    assert report["lost_attempts"] == [f"{JOB}#1"]
-    assert deployment.outcome(JOB) == ("FAILED", "InstanceLost")
+    # Then, as the state-change event would have, a spot instance gone before any warning is taken for an
+    # interruption: its Run task fails with SpotInterrupted (Recover waits for a final checkpoint), so the
+    # execution does
+    assert (report["interrupted_attempts"], report["lost_attempts"]) == ([f"{JOB}#1"], [])
+    assert deployment.outcome(JOB) == ("FAILED", "SpotInterrupted")
     assert [(error, cause.get("instance_id")) for error, cause in failures.sent] == [
-        ("InstanceLost", launched.instance_id)
+        ("SpotInterrupted", launched.instance_id)
     ]
 
 

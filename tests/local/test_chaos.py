@@ -30,6 +30,7 @@ from spotrelay.local.chaos import (
     ChaosReport,
     Injected,
     SeedRun,
+    agent_fault,
     delivery_delays,
     interruption_offset,
     invocation_fault,
@@ -175,6 +176,30 @@ def test_dynamodb_faults_come_at_their_odds_and_conflicts_only_on_versioned_writ
     assert ChaosKind.STORE_CONFLICT not in other  # a write with no version to lose to (a create, a block)
 
 
+def test_agent_faults_come_at_their_odds_of_every_kind_within_the_instances_run() -> None:
+    from spotrelay.local.faults import FaultKind
+
+    rng, odds = random.Random(3), ChaosOdds()
+    faults = [
+        agent_fault(rng, odds, job="train", attempt=2, launched_hours=1.0, run_seconds=3600.0) for _ in range(4000)
+    ]
+    chosen = [f for f in faults if f is not None]
+    assert len(chosen) / len(faults) == pytest.approx(odds.agent_fault, abs=0.02)
+    kinds = {f.kind for f in chosen}
+    assert kinds == {
+        FaultKind.AGENT_DIES,
+        FaultKind.AGENT_RESTARTS,
+        FaultKind.IMDS_SLOW,
+        FaultKind.IMDS_ERROR,
+        FaultKind.S3_FAIL,
+        FaultKind.S3_STALL,
+        FaultKind.IGNORE_SIGTERM,
+    }  # never a crash or a hang of the job itself: those fail it on purpose
+    for f in chosen:
+        assert (f.job, f.attempt) == ("train", 2)
+        assert f.kind is FaultKind.IGNORE_SIGTERM or 1.0 + BOOT_SECONDS / 3600 <= f.at <= 2.0 + BOOT_SECONDS / 3600
+
+
 def test_interruptions_fall_in_every_phase_within_the_instances_life() -> None:
     rng, odds = random.Random(4), ChaosOdds(interruption=1.0)
     run, interval = 2 * 3600.0, 900.0
@@ -291,6 +316,14 @@ def test_the_state_machines_retry_covers_the_errors_a_failed_task_invocation_get
     for name, task in tasks.items():
         retried = {error for retry in task.get("Retry", []) for error in retry["ErrorEquals"]}
         assert {THROTTLED, SERVICE_ERROR} <= retried, name
+        # and for long enough to wait out the control plane down for 30 minutes (capped backoff)
+        [service] = [r for r in task["Retry"] if SERVICE_ERROR in r["ErrorEquals"]]
+        assert THROTTLED in service["ErrorEquals"], name
+        waits = [
+            min(service["IntervalSeconds"] * service["BackoffRate"] ** n, service.get("MaxDelaySeconds", 1e9))
+            for n in range(service["MaxAttempts"])
+        ]
+        assert sum(waits) >= 30 * 60, name
 
 
 def test_refused_launches_say_what_ec2_says() -> None:
@@ -407,6 +440,17 @@ def test_a_chaos_seed_breaks_no_invariant(seed: int, synthesized_template: Path)
     assert result.violations == [], [v.detail for v in result.violations]
     assert result.passed
     assert result.to_json()["chaos"] == result.chaos.to_json()
+
+
+def test_an_agent_that_dies_under_chaos_costs_a_relaunch_not_the_job(synthesized_template: Path) -> None:
+    result = _replayed(2, synthesized_template)  # seed 2: attempt 1's agent dies 15 minutes in
+    assert result.chaos is not None
+    [fault] = [i for i in result.chaos.injected if i.kind is ChaosKind.AGENT_FAULT]
+    assert fault.detail.startswith("agent-dies at +15 min")
+    [job] = result.jobs
+    assert job.state == "SUCCEEDED"
+    assert job.attempts[0].outcome in ("LOST", "INTERRUPTED")
+    assert result.violations == []
 
 
 def test_a_chaos_seed_replays_the_same_way(synthesized_template: Path) -> None:

@@ -269,6 +269,19 @@ def test_a_managed_instance_named_by_no_attempt_is_unattributed_at_once() -> Non
     assert kinds(check_invariants(late)) == ["unattributed-instance", "orphan-instance"]
 
 
+def test_an_instance_tagged_for_a_live_job_is_being_recorded_for_the_launch_grace_then_unattributed() -> None:
+    # Given the instance of a Launch whose attempt write failed (throttled), to be retried: its tags name the job
+    launched = InstanceView("i-2", "running", T0, "train-1", 2)
+    early = snapshot([job()], [attempt()], [instance(), launched], now=T0 + timedelta(minutes=1))
+    assert check_invariants(early) == []
+    # Never recorded past reconcile's grace, it is billed to no job
+    late = replace(early, now=T0 + timedelta(minutes=6))
+    assert kinds(check_invariants(late)) == ["unattributed-instance"]
+    # And an instance tagged for an ended job has no grace
+    ended = snapshot([job(state=JobState.CANCELLED, failure_reason="cancelled")], [], [launched], now=T0)
+    assert "unattributed-instance" in kinds(check_invariants(ended))
+
+
 def test_an_instance_named_by_two_attempts_is_billed_twice() -> None:
     first = attempt(outcome=AttemptOutcome.LOST, ended_at=T0 + timedelta(minutes=5))
     (violation,) = check_invariants(snapshot([job()], [first, attempt(2, "i-1")], [instance()]))
@@ -388,5 +401,6 @@ def test_reading_moto_directly_reads_what_the_api_answers(stray_replay: StrayIns
 
 def test_a_violation_names_its_tags_job_when_no_attempt_does() -> None:
     tagged = InstanceView("i-9", "running", T0, "train-1", 3)
-    (violation,) = check_invariants(snapshot([job()], [attempt()], [instance(), tagged], now=T0 + timedelta(minutes=1)))
+    # past the launch grace (before it, the job's Launch may still record it)
+    (violation,) = check_invariants(snapshot([job()], [attempt()], [instance(), tagged], now=T0 + timedelta(minutes=6)))
     assert (violation.kind, violation.job_id, violation.instance_id) == ("unattributed-instance", "train-1", "i-9")

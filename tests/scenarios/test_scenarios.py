@@ -11,6 +11,7 @@ import pytest
 
 from spotrelay.local.replay import ReplayResult, check, render_text, replay
 from spotrelay.local.scenario import Expectation, ScenarioError, injections, load_scenario
+from spotrelay.local.workers import TERMINATED_AFTER
 
 from .conftest import SCENARIOS
 
@@ -168,6 +169,21 @@ def test_price_above_the_cap_moves_the_job(replayed: Replayed) -> None:
     assert hours_after_start(entry["attempts"][0]["end"]) < 1.0  # before the $0.90 price took effect
 
 
+def test_a_spot_price_rise_mid_run_is_billed_at_the_price_in_effect(replayed: Replayed) -> None:
+    # Given a job without a price cap on g6.xlarge in us-east-1a at $0.35/h, whose price doubles an hour in
+    result = replayed("price-rise-mid-run")
+    entry = job(result, "steady")
+    assert pools(entry) == [("g6.xlarge", "us-east-1a", "spot", "SUCCEEDED")]  # EC2 kept the instance
+    (attempt,) = entry["attempts"]
+    assert attempt["start"] == "2026-11-30T00:00:00Z"
+    # Then the report bills its instance from its launch to its `terminated` state change (the local EC2
+    # sends it TERMINATED_AFTER Finalize's TerminateInstances): an hour at $0.35, the rest at $0.70
+    billed_hours = hours_after_start(attempt["end"]) + TERMINATED_AFTER.total_seconds() / 3600
+    assert entry["cost"] == pytest.approx(0.35 * 1 + 0.70 * (billed_hours - 1), abs=0.001)
+    assert entry["cost"] > 0.35 * billed_hours + 0.3  # not its hours at the launch price
+    assert result.to_json()["expectations"] == {"passed": 1, "failed": 0}
+
+
 def test_deadline_nearly_spent_falls_back_to_on_demand(replayed: Replayed) -> None:
     result = replayed("deadline-on-demand")
     entry = job(result, "deadline")
@@ -273,10 +289,13 @@ def flagship_resnet50_agents(result: ReplayResult) -> None:
 def test_agent_faults_are_survived(replayed: Replayed) -> None:
     result = replayed("agent-faults")
     assert result.to_json()["expectations"] == {"passed": 4, "failed": 0}
-    # an agent that dies says nothing more: the Run task's heartbeat times out and the job is relaunched
+    # an agent that dies says nothing more: the Run task's heartbeat times out, 15 minutes after the last
+    # heartbeat before the death at 40 minutes (they come every 225 s), and the job is relaunched
     dies = job(result, "dies")
     assert [a["outcome"] for a in dies["attempts"]] == ["LOST", "SUCCEEDED"]
-    assert hours_after_start(dies["attempts"][1]["start"]) == pytest.approx(40 / 60 + 15 / 60, abs=1 / 60)
+    last_heartbeat = hours_after_start(events_of(dies["attempts"][0], "heartbeats")[0]["at"])
+    assert 40 / 60 - 225 / 3600 <= last_heartbeat <= 40 / 60
+    assert hours_after_start(dies["attempts"][1]["start"]) == pytest.approx(last_heartbeat + 15 / 60, abs=1 / 60)
     assert events_of(dies["attempts"][0], "reported") == []
     # a restarted agent re-attaches to the running job through its state file
     restarts = job(result, "restarts")["attempts"]
@@ -354,3 +373,34 @@ def test_an_event_file_that_is_json_but_not_an_event_is_one_error_naming_it(tmp_
     # When its events are read, Then it is refused, naming the entry and the file
     with pytest.raises(ScenarioError, match=rf"^events\[0\]\.file: {bad} is not an (EventBridge )?event"):
         injections(wrong)
+
+
+def test_the_control_plane_down_for_30_minutes_loses_no_job(replayed: Replayed) -> None:
+    # Given every function failing from 30m to 60m, resnet50's instance interrupted at 43-45m meanwhile,
+    # bert submitted at 50m, and the operator's redrive and archive replay at 70m
+    result = replayed("control-plane-down")
+    # Then every job ended SUCCEEDED, resnet50 relaunched once, and no invariant broke
+    assert result.passed, [e.detail for e in result.expectations if not e.passed]
+    assert not result.violations
+    assert {j["name"]: j["state"] for j in result.to_json()["jobs"]} == {"resnet50": "SUCCEEDED", "bert": "SUCCEEDED"}
+    assert [a["outcome"] for a in job(result, "resnet50")["attempts"]] == ["INTERRUPTED", "SUCCEEDED"]
+    # And the outage failed invocations of the functions, and ec2_events' events went to its DLQ after
+    # Lambda's retries: the warning and the `terminated` state change
+    assert result.failed_by_outage
+    assert result.dead_lettered == {"ec2_events": 2}
+    # And nothing was launched while the functions were down
+    for entry in result.to_json()["jobs"]:
+        for attempt in entry["attempts"]:
+            assert not 0.5 <= hours_after_start(attempt["start"]) < 1.0
+    # And the redrive found both events, handled them, and left the DLQ empty
+    [redrive] = [o for o in result.operator if o.run == "redrive-dlq"]
+    assert redrive.detail["depth_before"] == 2
+    assert redrive.detail["found"] == redrive.detail["handled"] == 2
+    assert redrive.detail["failed"] == 0
+    assert redrive.detail["depth_after"] == 0
+    # And the archive replay delivered the window's EC2 events again, every one handled
+    [archive] = [o for o in result.operator if o.run == "replay-archive"]
+    assert archive.detail["events"] == 2
+    assert archive.detail["failed"] == 0
+    assert result.to_json()["operator"][0]["run"] == "redrive-dlq"
+    assert any("control plane back" in e.text for e in result.timeline)

@@ -206,7 +206,9 @@ class World:
         )
 
     def handle(self, event: Ec2Event) -> EventOutcome:
-        return handle_ec2_event(event, store=self.store, workflow=self.workflow, block_minutes=BLOCK_MINUTES)
+        return handle_ec2_event(
+            event, store=self.store, workflow=self.workflow, compute=self.compute, block_minutes=BLOCK_MINUTES
+        )
 
     # --- getting a job somewhere -------------------------------------------------------------------------
 

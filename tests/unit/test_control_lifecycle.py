@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
-from control_builders import CHEAPEST, SECOND, THIRD, World, error, make_job
+from control_builders import CHEAPEST, SECOND, THIRD, World, error, make_job, recorded_event
+from fakes import FunctionStopped
 
-from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled, StepResult, place_wait_seconds
+from spotrelay.control.lifecycle import (
+    MAX_FAILURE_REASON_CHARS,
+    InsufficientInstanceCapacity,
+    JobCancelled,
+    LaunchThrottled,
+    StepResult,
+    place_wait_seconds,
+)
 from spotrelay.control.ports import InstanceRef
 from spotrelay.models import AttemptOutcome, Job, JobState, Market, Pool
 from spotrelay.policy import BlockedPool, MarketAction, MarketDecision
@@ -357,6 +367,67 @@ def test_launch_raises_insufficient_capacity_when_every_pool_refuses_and_place_t
     assert set(world.blocked()) == {CHEAPEST, SECOND, THIRD}
     # And the next Place (the state machine's catch) waits instead of retrying the same pools
     assert world.place().action == "wait"
+
+
+def test_a_throttled_launch_blocks_no_pool_and_the_job_launches_in_its_first_pool_after_the_retry() -> None:
+    # Given a placed job, and EC2 throttling the account's RunInstances calls (RequestLimitExceeded)
+    world = World()
+    world.admitted()
+    world.place()
+    world.compute.fail_next["launch"] = LaunchThrottled("RequestLimitExceeded", "Request limit exceeded.")
+    # When Launch runs
+    with pytest.raises(LaunchThrottled, match="RequestLimitExceeded"):
+        world.launch(token="token-1")
+    # Then throttling is not taken for the pool's refusal: nothing is blocked, no other pool is tried (the
+    # call would be throttled too), nothing is recorded, and the job keeps its plan
+    assert world.blocked() == {}
+    assert world.compute.launches == []
+    assert world.store.attempts("train-1") == []
+    assert (world.job().state, planned_pools(world)) == (JobState.LAUNCHING, [CHEAPEST, SECOND, THIRD])
+    # And when the Run task's Retry launches again (a new task token), the cheapest pool gets the job
+    world.advance(seconds=2)
+    world.launch(token="token-2")
+    assert world.attempt().pool == CHEAPEST
+    assert world.job().attempts == 1
+
+
+def test_a_launch_throttled_past_its_retries_goes_back_to_place_and_launches_there() -> None:
+    # Given a placed job whose launches EC2 throttled until the Run task's retries were spent
+    world = World()
+    world.admitted()
+    world.place()
+    world.compute.fail_next["launch"] = LaunchThrottled("RequestLimitExceeded", "Request limit exceeded.")
+    with pytest.raises(LaunchThrottled):
+        world.launch(token="token-1")
+    world.advance(seconds=90)
+    # When the state machine's Catch goes back to Place, and Launch runs again
+    placed = world.place()
+    world.launch(token="token-2")
+    # Then the job is planned afresh and launched in the cheapest pool: it never failed
+    assert placed.action == "launch"
+    assert world.attempt().pool == CHEAPEST
+    assert world.job().state is JobState.LAUNCHING
+
+
+def test_launch_retried_after_a_crash_before_the_instance_ref_was_recorded_records_it(events_dir: Path) -> None:
+    # Given a Launch that recorded attempt 1, then stopped before recording which attempt its instance runs
+    world = World()
+    world.admitted()
+    world.place()
+    world.store.fail_next["put_instance_ref"] = FunctionStopped()
+    with pytest.raises(FunctionStopped):
+        world.launch(token="token-1")
+    # When the invocation is retried with the same token
+    launched = world.launch(token="token-1")
+    world.workflow.open_task("token-1")
+    # Then the instance is known as attempt 1's, so its interruption warning is handled, not ignored
+    instance_id = str(launched["instance_id"])
+    assert world.store.get_instance_ref(instance_id) == InstanceRef(
+        instance_id=instance_id, job_id="train-1", attempt=1
+    )
+    warning = recorded_event(events_dir, "spot-interruption-warning.json", instance_id=instance_id)
+    assert world.handle(warning).action == "interrupt"
+    assert world.fail_results("token-1") == ["SpotInterrupted"]
 
 
 def test_launch_run_twice_with_the_same_token_launches_once() -> None:
@@ -709,6 +780,50 @@ def test_finalize_failed_records_the_error_the_state_machine_caught() -> None:
     assert job.state is JobState.FAILED
     assert job.failure_reason == "NoCapacity: no feasible pool for 24.0 h"
     assert world.compute.terminated == []
+
+
+def test_a_job_failed_by_a_function_error_keeps_its_message_not_the_envelope() -> None:
+    # Given a Launch that failed with an error no Catch expects: Step Functions hands Finalize the function's
+    # whole error envelope as the Cause (message, type, request id, stack trace)
+    world = World()
+    world.admitted()
+    envelope = {
+        "errorMessage": "An error occurred (UnauthorizedOperation) when calling the RunInstances operation:\n"
+        "You are not authorized to perform this operation.",
+        "errorType": "ClientError",
+        "requestId": "7bbec0b2-b76e-4da8-a24e-993d88c19788",
+        "stackTrace": ['  File "/var/task/functions/launch.py", line 53, in handler\n    launched = launch_step(\n']
+        * 40,
+    }
+    # When Finalize runs with it
+    world.finalize(outcome="FAILED", error={"Error": "ClientError", "Cause": json.dumps(envelope)})
+    # Then the reason is one line: the error's name and message, no trace, no request id
+    assert world.job().failure_reason == (
+        "ClientError: An error occurred (UnauthorizedOperation) when calling the RunInstances operation: "
+        "You are not authorized to perform this operation."
+    )
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        "line\r\n\tafter\x1b[31m \u2028" * 5_000,  # long, multi-line, with control characters
+        "{" * 30_000,  # looks like JSON, and would blow the parser's stack
+        json.dumps({"errorType": "ValueError", "errorMessage": "x" * 10_000}),
+    ],
+)
+def test_a_failure_reason_is_one_bounded_printable_line(cause: str) -> None:
+    # Given a job that failed with a huge or hostile Cause (a worker fails its own task with any Cause)
+    world = World()
+    world.admitted()
+    # When Finalize runs with it
+    world.finalize(outcome="FAILED", error={"Error": "JobFailed", "Cause": cause})
+    # Then its reason is one printable line of bounded length, cut with an ellipsis
+    reason = str(world.job().failure_reason)
+    assert reason.startswith("JobFailed: ")
+    assert len(reason) == MAX_FAILURE_REASON_CHARS
+    assert reason.endswith("…")
+    assert reason.isprintable()
 
 
 @pytest.mark.parametrize("outcome", ["FAILED", "CANCELLED"])

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from control_builders import CHEAPEST, HEARTBEAT_SECONDS, SECOND, THIRD, World, error, make_job, recorded_event
-from fakes import FakeCompute, FunctionStopped
+from fakes import FakeCompute, FakeJobStore, FunctionStopped
 
 from spotrelay.config import TAG_MANAGED
 from spotrelay.control.dispatcher import job_id_for
-from spotrelay.control.lifecycle import InsufficientInstanceCapacity
+from spotrelay.control.lifecycle import InsufficientInstanceCapacity, LaunchThrottled
 from spotrelay.control.ports import InstanceRef, InstanceState, LaunchRequest
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobSpec, JobState, Market, Pool
 
@@ -70,16 +70,28 @@ def test_reconcile_terminates_the_instance_of_an_attempt_that_has_ended() -> Non
     assert world.compute.instances[str(second.instance_id)].state == "pending"
 
 
-@pytest.mark.parametrize("instance_state", ["terminated", "stopped", "unknown"])
-def test_reconcile_fails_the_run_task_of_a_live_attempt_whose_instance_is_gone(instance_state: str) -> None:
-    # Given a running job whose instance went away and whose state-change event was missed
-    world = World()
-    attempt = world.running()
+def gone(world: World, attempt: Attempt, instance_state: str) -> None:
+    """The attempt's instance went away ("unknown": so long ago that EC2 no longer knows it)."""
     instance_id = str(attempt.instance_id)
     if instance_state == "unknown":
-        del world.compute.instances[instance_id]  # EC2 no longer knows it
+        del world.compute.instances[instance_id]
     else:
         world.compute.set_state(instance_id, instance_state)
+
+
+def on_demand(world: World, attempt: Attempt) -> Attempt:
+    """The attempt, on on-demand in the same zone instead of spot."""
+    moved = attempt.model_copy(update={"pool": attempt.pool.model_copy(update={"market": Market.ON_DEMAND})})
+    world.store.put_attempt(moved)
+    return moved
+
+
+@pytest.mark.parametrize("instance_state", ["terminated", "stopped", "unknown"])
+def test_reconcile_fails_the_run_task_of_a_live_on_demand_attempt_whose_instance_is_gone(instance_state: str) -> None:
+    # Given a job running on on-demand whose instance went away and whose state-change event was missed
+    world = World()
+    attempt = on_demand(world, world.running())
+    gone(world, attempt, instance_state)
     world.advance(minutes=10)  # past the grace a fresh launch gets to show up in DescribeInstances
     # When reconcile runs
     report = world.reconcile()
@@ -87,7 +99,60 @@ def test_reconcile_fails_the_run_task_of_a_live_attempt_whose_instance_is_gone(i
     assert report.lost_attempts == ["train-1#1"]
     assert world.fail_results("token-1") == ["InstanceLost"]
     cause = json.loads(str(world.workflow.task_results[0].cause))
-    assert cause == {"instance_id": instance_id, "state": instance_state, "by": "reconcile"}
+    assert cause == {"instance_id": attempt.instance_id, "state": instance_state, "by": "reconcile"}
+
+
+@pytest.mark.parametrize("instance_state", ["terminated", "shutting-down", "unknown"])
+def test_reconcile_takes_a_spot_instance_gone_before_any_warning_for_an_interruption(instance_state: str) -> None:
+    # Given a job on spot whose instance went away with no interruption warning noted (the warning and the
+    # state change missed, or late): its agent may have committed a final checkpoint at the notice
+    world = World()
+    attempt = world.running()
+    gone(world, attempt, instance_state)
+    world.advance(minutes=10)
+    # When reconcile runs
+    report = world.reconcile()
+    # Then, as the state-change event would have, it is an interruption and not a loss: the Run task fails
+    # with SpotInterrupted, the attempt notes the interruption, the pool is blocked and the interruption counted
+    assert (report.interrupted_attempts, report.lost_attempts) == (["train-1#1"], [])
+    assert world.fail_results("token-1") == ["SpotInterrupted"]
+    cause = json.loads(str(world.workflow.task_results[0].cause))
+    assert cause == {"instance_id": attempt.instance_id, "state": instance_state, "by": "reconcile"}
+    assert world.attempt().interrupted_at == world.clock.now()
+    assert world.blocked() == {CHEAPEST: world.clock.now() + timedelta(minutes=3)}  # the job's recovery.block_minutes
+    assert world.store.pool_observations()[CHEAPEST.offering].interruptions == 1
+    # And Recover waits for that final checkpoint instead of closing the attempt LOST at once
+    assert world.recover(failure=error("SpotInterrupted")).action == "wait_checkpoint"
+    # And the next reconcile does not fail the task again
+    assert world.reconcile().interrupted_attempts == []
+    assert len(world.workflow.task_results) == 1
+
+
+@pytest.mark.parametrize(("market", "expected"), [(Market.SPOT, "SpotInterrupted"), (Market.ON_DEMAND, "InstanceLost")])
+def test_reconcile_and_the_state_change_event_fail_a_gone_instance_the_same_way(
+    events_dir: Path, market: Market, expected: str
+) -> None:
+    # Given two worlds with the same job, whose instance terminated with no warning noted
+    worlds = []
+    for _ in range(2):
+        world = World()
+        attempt = world.running()
+        if market is Market.ON_DEMAND:
+            attempt = on_demand(world, attempt)
+        world.workflow.open_task("token-1")
+        gone(world, attempt, "terminated")
+        world.advance(minutes=10)
+        worlds.append((world, attempt))
+    # When one learns it from the state-change event and the other from reconcile
+    (by_event, attempt), (by_reconcile, _) = worlds
+    event = recorded_event(
+        events_dir, "instance-state-change-terminated.json", instance_id=attempt.instance_id, at=by_event.clock.now()
+    )
+    by_event.handle(event)
+    by_reconcile.reconcile()
+    # Then both fail the Run task with the same error, and note the same on the attempt
+    assert by_event.fail_results("token-1") == by_reconcile.fail_results("token-1") == [expected]
+    assert by_event.attempt().interrupted_at == by_reconcile.attempt().interrupted_at
 
 
 def test_reconcile_gives_a_just_launched_instance_time_to_show_up() -> None:
@@ -129,6 +194,7 @@ def test_reconcile_leaves_a_healthy_running_job_alone() -> None:
     assert report.model_dump() == {
         "terminated_orphans": [],
         "lost_attempts": [],
+        "interrupted_attempts": [],
         "over_budget": [],
         "repaired_jobs": [],
         "restarted_executions": [],
@@ -136,9 +202,45 @@ def test_reconcile_leaves_a_healthy_running_job_alone() -> None:
         "migrating": [],
         "dropped_standbys": [],
         "move_errors": [],
+        "unreadable": [],
     }
     assert world.workflow.task_results == []
     assert world.compute.terminated == []
+
+
+def test_a_job_whose_attempts_do_not_read_back_is_reported_and_the_others_are_reconciled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pydantic import ValidationError
+
+    from spotrelay.control.ports import UnreadableRecordError
+
+    # Given two running jobs, the second's instance gone without a word, and the first's attempts unreadable
+    world = World()
+    first = world.running("train-1", "token-1")
+    second = world.running("train-2", "token-2")
+    world.compute.set_state(str(first.instance_id), "running")
+    world.compute.set_state(str(second.instance_id), "terminated")
+    world.advance(hours=1)
+    attempts = world.store.attempts
+
+    def spoilt(job_id: str) -> list[Attempt]:
+        if job_id == "train-1":
+            try:
+                Attempt.model_validate_json('{"attempt": "one"}')
+            except ValidationError as e:
+                raise UnreadableRecordError.of("attempts of job train-1", e) from None
+        return attempts(job_id)
+
+    monkeypatch.setattr(world.store, "attempts", spoilt)
+    # When reconcile runs
+    report = world.reconcile()
+    # Then the first is reported (and its instance left running: whose it is cannot be told), the second
+    # reconciled as ever
+    assert [line.split(":")[0] for line in report.unreadable] == ["train-1"]
+    assert "does not read back" in report.unreadable[0]
+    assert str(first.instance_id) not in world.compute.terminated
+    assert report.interrupted_attempts == ["train-2#1"]
 
 
 def test_reconcile_does_not_report_an_interrupted_instance_as_lost() -> None:
@@ -597,13 +699,105 @@ def test_a_standby_launched_while_the_job_finished_is_dropped_and_billed() -> No
     world.compute = FinishesDuringRunInstances(world)
     # When reconcile runs
     report = world.reconcile()
-    # Then the standby is closed and terminated at once, not left open on a finished job
+    # Then the standby is closed and terminated at once, not left open on a finished job (CANCELLED, as
+    # Finalize closes a standby never given the job)
     assert report.standbys == []
     assert report.dropped_standbys == ["train-1#2"]
     standby = world.attempt(number=2)
-    assert standby.outcome is AttemptOutcome.LAUNCH_FAILED
+    assert standby.outcome is AttemptOutcome.CANCELLED
     assert standby.instance_id in world.compute.terminated
     assert world.job().state is JobState.SUCCEEDED
+
+
+RUN_INSTANCES_SECONDS = 30  # how long RunInstances takes to answer the standby's launch, in these tests
+
+
+class CancelDuringStandbyRunInstances(FakeCompute):
+    """The user's cancel lands (and completes) while RunInstances is starting reconcile's standby."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world.compute.prices)
+        self.instances = world.compute.instances
+        self.world = world
+
+    def launch(self, request: LaunchRequest) -> str:
+        if request.attempt == 2:
+            self.world.advance(seconds=RUN_INSTANCES_SECONDS / 2)
+            self.world.cancel(request.job_id)
+            self.world.advance(seconds=RUN_INSTANCES_SECONDS / 2)
+        return super().launch(request)
+
+
+def test_a_cancel_during_the_standbys_run_instances_has_reconcile_stop_it_at_once() -> None:
+    # Given an on-demand job ahead of schedule, cancelled while reconcile's standby launch is under way
+    # (cancel finds no standby to stop, and on AWS it stops the execution: no Finalize follows)
+    world = World()
+    on_demand_job(world, deadline_hours=10)
+    world.advance(hours=2)
+    world.compute = CancelDuringStandbyRunInstances(world)
+    # When reconcile records the standby
+    report = world.reconcile()
+    # Then, as Launch does, the standby is terminated at once, not left for the next reconcile
+    assert (report.standbys, report.dropped_standbys) == ([], ["train-1#2"])
+    standby = world.attempt(number=2)
+    assert standby.instance_id in world.compute.terminated
+    assert [i.instance_id for i in world.compute.managed_instances()] == []
+    # And it is closed CANCELLED when reconcile saw the cancel, and charged for its seconds on the job
+    assert (standby.outcome, standby.ended_at) == (AttemptOutcome.CANCELLED, world.clock.now())
+    assert standby.cost(world.clock.now()) == pytest.approx(0.35 * RUN_INSTANCES_SECONDS / 3600)
+    job = world.job()
+    assert job.state is JobState.CANCELLED
+    assert job.cost_usd == pytest.approx(sum(a.cost(world.clock.now()) for a in world.store.attempts("train-1")))
+
+
+class StandbyCloseThrottled(FakeJobStore):
+    """DynamoDB throttles the write that closes attempt 2 (once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.throttled = False
+
+    def put_attempt(self, attempt: Attempt, expected_version: int | None = None) -> int:
+        if attempt.attempt == 2 and attempt.outcome is not None and not self.throttled:
+            self.throttled = True
+            raise RuntimeError("ProvisionedThroughputExceededException")
+        return super().put_attempt(attempt, expected_version)
+
+
+def test_a_standby_of_a_job_cancelled_during_its_launch_is_terminated_even_if_its_close_fails() -> None:
+    # Given an on-demand job cancelled during its standby's launch, and DynamoDB throttling the close
+    world = World(store=StandbyCloseThrottled())
+    on_demand_job(world, deadline_hours=10)
+    world.advance(hours=2)
+    world.compute = CancelDuringStandbyRunInstances(world)
+    # When reconcile records the standby, and fails to close it
+    report = world.reconcile()
+    # Then the error is reported, but the instance was terminated first: the bill has stopped
+    assert report.move_errors == ["train-1#1: RuntimeError: ProvisionedThroughputExceededException"]
+    standby = world.attempt(number=2)
+    assert standby.outcome is None
+    assert standby.instance_id in world.compute.terminated
+    assert [i.instance_id for i in world.compute.managed_instances()] == []
+
+
+def test_a_throttled_standby_launch_blocks_no_pool_and_is_tried_again_at_the_next_run() -> None:
+    # Given the on-demand job ahead of schedule, and EC2 throttling the standby's RunInstances
+    world = World()
+    on_demand_job(world, deadline_hours=10)
+    world.advance(hours=2)
+    world.compute.fail_next["launch"] = LaunchThrottled("RequestLimitExceeded", "Request limit exceeded.")
+    # When reconcile runs
+    report = world.reconcile()
+    # Then the move is reported as failed, no pool is blocked and no other pool tried (throttling is per
+    # account, not per pool), and the job is left as it was
+    assert report.move_errors == ["train-1#1: LaunchThrottled: RequestLimitExceeded: Request limit exceeded."]
+    assert world.blocked() == {}
+    assert [r.attempt for r in world.compute.launches] == [1]  # the on-demand attempt's only
+    assert [a.attempt for a in world.store.attempts("train-1")] == [1]
+    # And the next run launches the standby in the cheapest pool
+    world.advance(minutes=5)
+    assert world.reconcile().standbys == ["train-1#2"]
+    assert world.attempt(number=2).pool == CHEAPEST
 
 
 def test_a_standby_left_open_on_a_finished_job_is_closed_and_its_cost_counted() -> None:

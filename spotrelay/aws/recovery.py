@@ -1,0 +1,179 @@
+"""After the control plane was down: the operator's two steps (the third, the reconciler, catches up by
+itself on its schedule). `spotrelay admin redrive` and `spotrelay admin replay-archive` call these, and so
+does a replay's `operator:` step (spotrelay.local.replay), on moto.
+
+- `redrive`: every event Lambda dead-lettered after its asynchronous retries (an ec2_events invocation
+  that failed three times) is invoked again, synchronously, with the same payload, and deleted from the
+  DLQ once the function handled it. A message the function fails again stays (visible again after its
+  visibility timeout) and is counted: run the command again. The handlers are idempotent, so a message
+  handled twice (the command interrupted between the invoke and the delete) does no harm.
+- `replay_archive`: EventBridge's StartReplay of the stack's archive (the EC2 events) over a window, to
+  the bus it archives; every rule matching an event delivers it again, as it did the first time.
+
+The names of the stack outputs these need are here (pure names: stacks/ imports them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_sqs import SQSClient
+
+# Functions EventBridge invokes asynchronously whose events the schedule would not make up for: each has
+# its own DLQ (a dead-lettered message does not say which function it was for)
+DEAD_LETTERED_FUNCTIONS = ("ec2_events",)
+ARCHIVE_NAME_OUTPUT = "EventArchiveName"
+ARCHIVE_ARN_OUTPUT = "EventArchiveArn"
+
+
+def archive_name(outputs: Mapping[str, str]) -> str:
+    """The archive's name from the stack's outputs: the last part of its ARN (arn:...:archive/NAME), which
+    every CloudFormation implementation resolves (moto's Ref of an archive is no name), else the name."""
+    arn = outputs.get(ARCHIVE_ARN_OUTPUT, "")
+    if ":archive/" in arn:
+        return arn.rsplit("/", 1)[-1]
+    return outputs.get(ARCHIVE_NAME_OUTPUT, "")
+
+
+def _pascal(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def dead_letter_queue_output(function: str) -> str:
+    """ec2_events -> Ec2EventsDeadLetterQueueUrl: the stack output naming the function's DLQ."""
+    return f"{_pascal(function)}DeadLetterQueueUrl"
+
+
+def function_name_output(function: str) -> str:
+    """ec2_events -> Ec2EventsFunctionName."""
+    return f"{_pascal(function)}FunctionName"
+
+
+MAX_REDRIVE_MESSAGES = 10_000  # one run's bound: a DLQ deeper than this takes another run
+REDRIVE_VISIBILITY_SECONDS = 300  # a message being redriven is hidden this long (the function may take 60 s)
+
+
+@dataclass
+class Redrive:
+    """What one redrive of a function's DLQ did."""
+
+    function: str
+    queue_url: str
+    found: int = 0  # messages received
+    handled: int = 0  # invoked without a function error, and deleted
+    failed: int = 0  # the function failed again: left in the DLQ
+    errors: list[str] = field(default_factory=list)  # the first few function errors, bounded
+
+    @property
+    def complete(self) -> bool:
+        return self.failed == 0
+
+
+def redrive(sqs: SQSClient, lambda_: LambdaClient, *, queue_url: str, function_name: str) -> Redrive:
+    """Invoke `function_name` with each message of its DLQ `queue_url` (the body: the event), deleting each
+    one the function handled (see the module docstring)."""
+    report = Redrive(function=function_name, queue_url=queue_url)
+    while report.found < MAX_REDRIVE_MESSAGES:
+        answer = sqs.receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=REDRIVE_VISIBILITY_SECONDS,
+            WaitTimeSeconds=0,
+        )
+        messages = answer.get("Messages", [])
+        if not messages:
+            break
+        for message in messages:
+            report.found += 1
+            body = message.get("Body", "")
+            response = lambda_.invoke(FunctionName=function_name, InvocationType="RequestResponse", Payload=body)
+            if "FunctionError" in response:
+                report.failed += 1
+                if len(report.errors) < 5:
+                    report.errors.append(response["Payload"].read().decode("utf-8", "replace")[:300])
+                continue
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+            report.handled += 1
+    return report
+
+
+def queue_depth(sqs: SQSClient, queue_url: str) -> int:
+    """Messages in the queue, visible or in flight (a redrive's failures are in flight for a while)."""
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attributes.get("ApproximateNumberOfMessages", "0")) + int(
+        attributes.get("ApproximateNumberOfMessagesNotVisible", "0")
+    )
+
+
+@dataclass(frozen=True)
+class ArchiveReplay:
+    name: str
+    archive_arn: str
+    destination_arn: str
+    start: datetime
+    end: datetime
+    state: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+REPLAY_NAME = re.compile(r"[.\-_A-Za-z0-9]{1,64}")
+
+
+def replay_name(start: datetime, end: datetime) -> str:
+    """A replay's name from its window (EventBridge: 64 characters of [.-_A-Za-z0-9], unique per account)."""
+    return f"spotrelay-{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}"
+
+
+def replay_archive(
+    events: EventBridgeClient, *, archive_name: str, start: datetime, end: datetime, name: str | None = None
+) -> ArchiveReplay:
+    """StartReplay of `archive_name`'s events between `start` and `end`, to the bus the archive records."""
+    if start >= end:
+        raise ValueError(f"the window is empty: {start.isoformat()} is not before {end.isoformat()}")
+    name = name or replay_name(start, end)
+    if not REPLAY_NAME.fullmatch(name):
+        raise ValueError(f"replay name {name!r}: 1-64 characters of letters, digits, '.', '-', '_'")
+    archive = events.describe_archive(ArchiveName=archive_name)
+    answer = events.start_replay(
+        ReplayName=name,
+        Description=f"spotrelay: the events of {start.isoformat()} to {end.isoformat()} again",
+        EventSourceArn=archive["ArchiveArn"],
+        EventStartTime=start,
+        EventEndTime=end,
+        Destination={"Arn": archive["EventSourceArn"]},
+    )
+    return ArchiveReplay(
+        name=name,
+        archive_arn=archive["ArchiveArn"],
+        destination_arn=archive["EventSourceArn"],
+        start=start,
+        end=end,
+        state=str(answer.get("State", "")),
+        raw=json.loads(json.dumps(answer, default=str)),
+    )
+
+
+__all__ = [
+    "ARCHIVE_ARN_OUTPUT",
+    "ARCHIVE_NAME_OUTPUT",
+    "DEAD_LETTERED_FUNCTIONS",
+    "ArchiveReplay",
+    "Redrive",
+    "archive_name",
+    "dead_letter_queue_output",
+    "function_name_output",
+    "queue_depth",
+    "redrive",
+    "replay_archive",
+    "replay_name",
+]

@@ -1,0 +1,245 @@
+"""Who may have which job's credentials: the decision of the Vend function (a token vending machine).
+
+A worker instance's own role reaches no job's data. Its agent asks Vend for its job's credentials,
+proving who it is with a signed `sts:GetCallerIdentity` request (HashiCorp Vault's IAM auth): Vend
+sends the request to STS, which answers with the signer's ARN. For an instance profile that is
+`arn:<partition>:sts::<account>:assumed-role/<worker role>/<instance id>`: EC2 names the role session
+after the instance, and only EC2 can start sessions of the worker role (its trust policy), so the ARN
+names the calling instance. Then:
+
+    caller ARN -> instance id          (`instance_of_caller`: the worker role's session, else refused)
+    instance id -> job and attempt     (the store's INSTANCE#<id> item, written by Launch / reconcile)
+    attempt live on that instance?     (`grant_for`: the attempt record names it and has no outcome)
+    -> a grant: AssumeRole of JobRole for at most an hour, session name `<job>-<attempt>`, session
+       tag `spotrelay-job-id`, and a session policy of `job_statements(job_id)`.
+
+`job_statements` is also JobRole's own policy, written with the session tag's policy variable
+(`${aws:PrincipalTag/spotrelay-job-id}`) where the session policy has the literal job id: either
+alone confines the credentials to one job; a session's permissions are their intersection.
+
+What a job's credentials reach (everything the agent reads or writes, nothing else):
+- S3: Get/Put/AbortMultipartUpload of `jobs/<job_id>/*` (checkpoint data, manifests; CopyObject of
+  an unchanged file is a Get of its source and a Put of its copy, both under the prefix); ListBucket
+  only with a `jobs/<job_id>/` prefix.
+- DynamoDB, items of partition `JOB#<job_id>` only (`dynamodb:LeadingKeys`): GetItem (the job, its
+  attempts, the checkpoint pointer) and PutItem (the pointer) of the attributes a pointer has
+  (`dynamodb:Attributes`): never `gsi1pk`/`gsi1sk`, so nothing it writes shows up in the QUEUED,
+  ACTIVE or BLOCKED index partitions that the control plane reads for every job.
+- KMS: the bucket key, only through S3 (`kms:ViaService`).
+- Step Functions: SendTaskSuccess/Failure/Heartbeat. These take no resource-level permission: the
+  task token is the capability, and the only tokens these credentials can read are their own job's
+  (in its attempt records).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spotrelay.control.ports import InstanceRef, NotFoundError
+from spotrelay.models import Attempt
+
+SESSION_TAG_JOB_ID = "spotrelay-job-id"
+JOB_ID_VARIABLE = f"${{aws:PrincipalTag/{SESSION_TAG_JOB_ID}}}"
+SESSION_SECONDS = 3600  # the most a chained role session may last
+CHECKPOINT_PREFIX = "jobs/"
+POINTER_ATTRIBUTES = ("pk", "sk", "record", "attempt", "seq")  # what `advance_checkpoint` writes
+TASK_TOKEN_ACTIONS = ("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat")
+# Job ids are [A-Za-z0-9_-] (spotrelay.control.dispatcher.job_id_for); anything else (a glob character, a
+# policy variable, a slash) would widen the policy it is written into.
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
+ASSUMED_ROLE = re.compile(
+    r"arn:(?P<partition>aws[a-z-]*):sts::(?P<account>\d{12}):assumed-role/"
+    r"(?P<role>[\w+=,.@-]{1,64})/(?P<session>[\w+=,.@-]{2,64})"
+)
+ROLE = re.compile(
+    r"arn:(?P<partition>aws[a-z-]*):iam::(?P<account>\d{12}):role/(?:[\w+=,.@/-]*/)?(?P<role>[\w+=,.@-]{1,64})"
+)
+MAX_SESSION_NAME = 64
+
+
+class VendRefused(Exception):
+    """No credentials for this caller (the Lambda error type the agent sees is the class name)."""
+
+
+class VendNotYet(VendRefused):
+    """No credentials yet: the caller's instance or attempt is not recorded yet (Launch records them just
+    after RunInstances returns); the agent asks again a little later."""
+
+
+class JobResources(BaseModel):
+    """The ARNs a job's credentials are scoped within (CDK tokens in the stack, text in the function)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bucket_arn: str
+    table_arn: str
+    bucket_key_arn: str
+    region: str
+
+
+class JobGrant(BaseModel):
+    """What Vend asks STS for: AssumeRole of JobRole with these."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    attempt: int
+    instance_id: str
+    session_name: str
+    session_tags: dict[str, str]
+    session_policy: dict[str, Any]
+    duration_seconds: int = SESSION_SECONDS
+
+
+def job_statements(job: str, resources: JobResources) -> list[dict[str, Any]]:
+    """The IAM statements of one job's credentials; `job` is a job id or `JOB_ID_VARIABLE`."""
+    prefix = f"{CHECKPOINT_PREFIX}{job}/"
+    return [
+        {
+            "Sid": "ThisJobsCheckpointObjects",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+            "Resource": f"{resources.bucket_arn}/{prefix}*",
+        },
+        {
+            "Sid": "ListOnlyThisJobsPrefix",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": resources.bucket_arn,
+            "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+        },
+        {
+            "Sid": "ReadThisJobsItems",
+            "Effect": "Allow",
+            "Action": "dynamodb:GetItem",
+            "Resource": resources.table_arn,
+            "Condition": {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [f"JOB#{job}"]}},
+        },
+        {
+            "Sid": "WriteThisJobsCheckpointPointer",
+            "Effect": "Allow",
+            "Action": "dynamodb:PutItem",
+            "Resource": resources.table_arn,
+            "Condition": {
+                "ForAllValues:StringEquals": {
+                    "dynamodb:LeadingKeys": [f"JOB#{job}"],
+                    "dynamodb:Attributes": list(POINTER_ATTRIBUTES),
+                }
+            },
+        },
+        {
+            "Sid": "BucketKeyThroughS3Only",
+            "Effect": "Allow",
+            "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+            "Resource": resources.bucket_key_arn,
+            "Condition": {"StringEquals": {"kms:ViaService": f"s3.{resources.region}.amazonaws.com"}},
+        },
+        {
+            "Sid": "TaskTokensTheTokenIsTheCapability",
+            "Effect": "Allow",
+            "Action": list(TASK_TOKEN_ACTIONS),
+            "Resource": "*",
+        },
+    ]
+
+
+def session_policy(job_id: str, resources: JobResources) -> dict[str, Any]:
+    return {"Version": "2012-10-17", "Statement": job_statements(job_id, resources)}
+
+
+def instance_of_caller(caller_arn: str, worker_role_arn: str) -> str:
+    """The instance id of a caller that is a session of the worker role (its instance profile)."""
+    caller = ASSUMED_ROLE.fullmatch(caller_arn)
+    role = ROLE.fullmatch(worker_role_arn)
+    if role is None:
+        raise ValueError(f"not an IAM role ARN: {worker_role_arn!r}")
+    if caller is None or any(caller[part] != role[part] for part in ("partition", "account", "role")):
+        raise VendRefused(f"the caller {caller_arn[:200]!r} is not a session of the worker role")
+    instance_id = caller["session"]
+    if not INSTANCE_ID.fullmatch(instance_id):
+        raise VendRefused(f"the worker role's session {instance_id!r} is not an instance id")
+    return instance_id
+
+
+def session_name(job_id: str, attempt: int) -> str:
+    """`<job>-<attempt>`, cut from the left of the job's name to STS's 64 characters (the job id's
+    unique hex tail and the attempt stay; the exact job id is the session tag)."""
+    tail = f"-{attempt}"
+    return job_id[-(MAX_SESSION_NAME - len(tail)) :] + tail
+
+
+def grant_for(instance_id: str, ref: InstanceRef | None, attempt: Attempt | None, resources: JobResources) -> JobGrant:
+    """Credentials for the job attempt that runs on `instance_id`, if that attempt is live there."""
+    if ref is None:
+        raise VendNotYet(f"no job attempt is recorded for instance {instance_id}")
+    if not JOB_ID.fullmatch(ref.job_id):
+        raise VendRefused(f"instance {instance_id} is recorded for a job id that is not one: {ref.job_id[:200]!r}")
+    if attempt is None:
+        raise VendNotYet(f"attempt {ref.attempt} of job {ref.job_id} is not recorded")
+    if attempt.job_id != ref.job_id or attempt.attempt != ref.attempt:
+        raise VendRefused(f"the record read for attempt {ref.attempt} of job {ref.job_id} is another one's")
+    if attempt.instance_id != instance_id:
+        raise VendRefused(f"attempt {ref.attempt} of job {ref.job_id} runs on {attempt.instance_id}, not {instance_id}")
+    if not attempt.is_live:
+        raise VendRefused(f"attempt {ref.attempt} of job {ref.job_id} has ended ({attempt.outcome})")
+    return JobGrant(
+        job_id=ref.job_id,
+        attempt=ref.attempt,
+        instance_id=instance_id,
+        session_name=session_name(ref.job_id, ref.attempt),
+        session_tags={SESSION_TAG_JOB_ID: ref.job_id},
+        session_policy=session_policy(ref.job_id, resources),
+    )
+
+
+# --- the step: decide, then do -----------------------------------------------------------------------
+
+
+class VendRecords(Protocol):
+    """What Vend reads of the store (GetItem only)."""
+
+    def get_instance_ref(self, instance_id: str) -> InstanceRef | None: ...
+
+    def get_attempt(self, job_id: str, attempt: int) -> Attempt: ...
+
+
+class CallerIdentity(Protocol):
+    def caller_arn(self, headers: Mapping[str, str]) -> str: ...
+
+
+class JobRoleSessions(Protocol):
+    def assume(self, grant: JobGrant) -> dict[str, str]: ...
+
+
+class Vended(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    grant: JobGrant
+    credentials: dict[str, str] = Field(repr=False)  # a secret: never logged
+
+
+def vend_step(
+    headers: Mapping[str, str],
+    *,
+    identity: CallerIdentity,
+    records: VendRecords,
+    sessions: JobRoleSessions,
+    worker_role_arn: str,
+    resources: JobResources,
+) -> Vended:
+    """Who calls (STS says), which attempt runs there (the store says), and its credentials."""
+    instance_id = instance_of_caller(identity.caller_arn(headers), worker_role_arn)
+    ref = records.get_instance_ref(instance_id)
+    attempt = None
+    if ref is not None:
+        try:
+            attempt = records.get_attempt(ref.job_id, ref.attempt)
+        except NotFoundError:
+            attempt = None
+    grant = grant_for(instance_id, ref, attempt, resources)
+    return Vended(grant=grant, credentials=sessions.assume(grant))

@@ -1,0 +1,116 @@
+"""`spotrelay admin quarantined / release` against the deployed stack (in moto), found by the stack's name
+alone, as an operator runs them after a job record was set aside as unreadable and then fixed by hand."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from typer.testing import CliRunner
+
+from spotrelay.aws.store import DynamoJobStore
+from spotrelay.cli import app
+from spotrelay.local import LocalRuntime, VirtualClock
+from spotrelay.models import Job, parse_job_spec
+
+from .conftest import REPO_ROOT, START
+
+JOB_ID = "train-0123456789ab"
+
+
+def run(clock: VirtualClock, *args: str) -> Any:
+    with clock.exclusive():
+        result = CliRunner().invoke(app, list(args))
+    clock.wait_quiescent()
+    return result
+
+
+def test_an_operator_lists_a_quarantined_job_and_releases_it_once_fixed(
+    runtime: LocalRuntime, clock: VirtualClock
+) -> None:
+    assert runtime.stack is not None
+    table, dynamodb = runtime.stack.table_name, runtime.dynamodb
+    key = {"pk": {"S": f"JOB#{JOB_ID}"}, "sk": {"S": "JOB"}}
+
+    def set_record(text: str) -> None:
+        dynamodb.update_item(
+            TableName=table,
+            Key=key,
+            UpdateExpression="SET #r = :r",
+            ExpressionAttributeNames={"#r": "record"},
+            ExpressionAttributeValues={":r": {"S": text}},
+        )
+
+    # Given a queued job whose record was spoilt, and quarantined by the dispatcher's read
+    spec = parse_job_spec({"name": "train", "run": {"command": "python train.py"}, "resources": {"gpus": 1}})
+    store = DynamoJobStore(table, dynamodb, quarantine=True)
+    assert store.create_job(Job(job_id=JOB_ID, spec=spec, submitted_at=START, updated_at=START))
+    good = dynamodb.get_item(TableName=table, Key=key)["Item"]["record"]["S"]
+    set_record(good.replace('"gpus":1', '"gpus":"one"'))
+    assert store.queued_jobs(10) == []
+
+    # When the operator lists the quarantined records
+    listed = run(clock, "admin", "quarantined", "--json")
+    table_text = run(clock, "admin", "quarantined").stdout
+
+    # Then the job is there: why, when, where from, and that it does not read back yet
+    assert listed.exit_code == 0, listed.output
+    [entry] = json.loads(listed.stdout)
+    assert entry["job_id"] == JOB_ID
+    assert entry["reason"].startswith("does not read as a Job (spec.resources.gpus: Input should be a valid integer")
+    assert (entry["index"], entry["reads_back"]) == ("QUEUED", False)
+    assert entry["quarantined_at"].startswith("20")
+    for shown in (JOB_ID, "QUEUED", "spec.resources.gpus"):
+        assert shown in table_text
+
+    # When the operator releases it before fixing it: refused, saying why (and it stays quarantined)
+    refused = run(clock, "admin", "release", JOB_ID)
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith(
+        f"error: job {JOB_ID} is still quarantined: its record does not read as a Job (spec.resources.gpus:"
+    )
+
+    # When the operator fixes the record by hand and releases it
+    set_record(good)
+    released = run(clock, "admin", "release", JOB_ID)
+
+    # Then it is released, back in the queue, where `ls` (and the dispatcher) sees it again, and the list is empty
+    assert released.exit_code == 0, released.output
+    assert released.stdout == f"job {JOB_ID} released: back in the QUEUED index\n"
+    assert [(j["job_id"], j["state"]) for j in json.loads(run(clock, "ls", "--json").stdout)] == [(JOB_ID, "QUEUED")]
+    empty = run(clock, "admin", "quarantined")
+    assert (empty.exit_code, empty.stdout, empty.stderr) == (0, "", "no quarantined job records\n")
+
+    # And a job that does not exist is the one-line error of a wrong id
+    unknown = run(clock, "admin", "release", "nope-0123456789ab")
+    assert (unknown.exit_code, unknown.stderr) == (2, "error: no job nope-0123456789ab in stack SpotRelay\n")
+
+
+def test_an_operator_redrives_the_events_lambda_dead_lettered_during_an_outage(
+    runtime: LocalRuntime, clock: VirtualClock
+) -> None:
+    from spotrelay.aws import recovery
+
+    assert runtime.stack is not None
+    dlq = runtime.stack.outputs[recovery.dead_letter_queue_output("ec2_events")]
+    sqs = runtime.client("sqs")
+    # Given two EC2 events Lambda gave up on while the functions were down: one about an instance that is
+    # not ours (acknowledged as such), one that is no event the handler knows (logged, counted, acknowledged)
+    recorded = json.loads((REPO_ROOT / "events" / "recorded" / "instance-state-change-running.json").read_text())
+    recorded["detail"]["instance-id"] = "i-0123456789abcdef0"
+    for body in (json.dumps(recorded), json.dumps({"detail-type": "something else", "detail": {}})):
+        sqs.send_message(QueueUrl=dlq, MessageBody=body)
+
+    # When the operator redrives the DLQ
+    answer = run(clock, "admin", "redrive", "--json")
+
+    # Then both were handled and deleted: the DLQ is empty, and a second run finds nothing
+    assert answer.exit_code == 0, answer.output
+    [done] = json.loads(answer.stdout)
+    assert "Ec2Events" in done["function"]  # the deployed function's name
+    assert (done["found"], done["handled"], done["failed"], done["complete"]) == (2, 2, 0, True)
+    depth = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+    assert depth["ApproximateNumberOfMessages"] == "0"
+    again = run(clock, "admin", "redrive")
+    assert again.exit_code == 0
+    assert again.stdout.endswith(": 0 of 0 dead-lettered events handled\n")
