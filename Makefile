@@ -28,8 +28,10 @@ demo: $(STAMP) node_modules $(TEMPLATE)
 $(TEMPLATE): $(STAMP) node_modules app.py cdk.json $(wildcard stacks/*.py) spotrelay/config.py
 	$(MAKE) synth
 
-## test: lint, type-check and run the whole test suite
-test: lint typecheck synth unit
+## test: lint, type-check and synthesize side by side (two cores), then run the whole test suite
+test: $(STAMP) node_modules
+	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck synth
+	@$(MAKE) --no-print-directory unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
