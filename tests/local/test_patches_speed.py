@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -134,3 +135,22 @@ values = st.recursive(
 def test_any_item_is_answered_as_stock_moto_answers_it(attributes: dict[str, Any]) -> None:
     item = {"pk": "p", "sk": "s", **attributes}
     assert answers(True, item) == answers(False, item)
+
+
+def test_a_json_template_reads_as_the_dict_cloudformation_reads_from_yaml(synthesized_template: Path) -> None:
+    import yaml
+    from moto.cloudformation.models import Stack
+    from moto.cloudformation.utils import yaml_tag_constructor
+
+    text = synthesized_template.read_text()
+    yaml.add_multi_constructor("", yaml_tag_constructor)
+    stock = yaml.load(text, Loader=yaml.Loader)  # what moto's parse_template reads a JSON template with
+    patcher = patches._Patcher()
+    patches._patch_speed(patcher)
+    try:
+        assert Stack.parse_template(text) == stock
+        assert Stack.parse_template("Resources:\n  Q: {Type: AWS::SQS::Queue}\n") == {
+            "Resources": {"Q": {"Type": "AWS::SQS::Queue"}}
+        }  # YAML is still YAML
+    finally:
+        patcher.undo()
