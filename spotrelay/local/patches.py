@@ -114,6 +114,7 @@ from moto.events.models import Archive, Rule
 from moto.events.models import Replay as EventsReplay
 from moto.kms.models import Key
 from moto.s3.models import FakeBucket
+from moto.sqs import models as moto_sqs_models
 from moto.stepfunctions import responses as sfn_responses
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
@@ -369,6 +370,14 @@ EXPECTED: tuple[Expected, ...] = (
         "security_group_names: 'list[str]', **kwargs: 'Any') -> 'Reservation'",
         ('if kwargs.get("instance_market_options"):', 'new_instance.lifecycle = "spot"'),
     ),
+    # SQS message visibility and delays on the virtual clock (every other use of time in moto.sqs stays real)
+    Expected(moto_sqs_models, "unix_time_millis", "(dt: 'datetime.datetime | None' = None) -> 'float'"),
+    Expected(
+        moto_sqs_models.Message,
+        "change_visibility",
+        "(self, visibility_timeout: int) -> None",
+        ("self.visible_at = unix_time_millis() + visibility_timeout_msec",),
+    ),
     Expected(moto_instance_types, "INSTANCE_TYPES", None),
     Expected(moto_instance_types, "INSTANCE_TYPE_OFFERINGS", None),
     Expected(moto_instance_types.InstanceTypeBackend, "instance_types", None),
@@ -546,6 +555,7 @@ def install(clock: SimulationClock, lambdas: InProcessLambdas, market: Ec2Market
             _patch_lambda(patcher, lambdas)
             _patch_events(patcher, deliveries)
             _patch_clock(patcher, clock)
+            _patch_sqs_clock(patcher, clock)
             _patch_cloudformation(patcher)
             _patch_s3(patcher)
             _patch_dynamodb_faults(patcher)
@@ -1209,3 +1219,22 @@ def _patch_dynamodb_faults(patcher: _Patcher) -> None:
             return original(self)
 
         patcher.replace(DynamoHandler, name, write)
+
+
+# --- SQS on the virtual clock ------------------------------------------------------------------------
+
+
+def _patch_sqs_clock(patcher: _Patcher, clock: SimulationClock) -> None:
+    """SQS's message visibility, delays and receive timestamps read the virtual clock. moto reads them from
+    the wall clock: a message the dispatcher left on the queue (a throttled write, a crash) came back after
+    its visibility timeout of wall time, that is never within a replay of hours in seconds, and the job was
+    lost to the replay (chaos seed 32 of happy-path). Long polls and retention keep moto's real time
+    (`unix_time`): a poll must end however the virtual clock stands."""
+    original: Callable[..., float] = patcher.original(moto_sqs_models, "unix_time_millis")
+
+    def unix_time_millis(dt: datetime | None = None) -> float:
+        if dt is not None:
+            return original(dt)
+        return clock.now().timestamp() * 1000.0
+
+    patcher.replace(moto_sqs_models, "unix_time_millis", unix_time_millis)

@@ -237,3 +237,19 @@ def test_wait_states_and_task_token_timeouts_run_on_the_virtual_clock(local: Loc
     clock.advance_to(START + timedelta(hours=3))
     result = outcome(local, execution)
     assert (result["status"], result["output"]["error"]["Error"]) == ("SUCCEEDED", "States.Timeout")
+
+
+def test_a_message_left_on_a_queue_comes_back_after_its_visibility_timeout_of_virtual_time(
+    local: LocalRuntime, clock: VirtualClock
+) -> None:
+    sqs = local.client("sqs")
+    url = sqs.create_queue(QueueName="jobs", Attributes={"VisibilityTimeout": "600"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="job")
+    # Given a message received and not deleted (its consumer failed)
+    assert [m["Body"] for m in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", [])] == ["job"]
+    # Then it stays hidden for its visibility timeout on the virtual clock, and only so long
+    clock.advance_to(START + timedelta(seconds=599))
+    assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == []
+    clock.advance_to(START + timedelta(seconds=601))
+    again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0, AttributeNames=["ApproximateReceiveCount"])
+    assert [(m["Body"], m["Attributes"]["ApproximateReceiveCount"]) for m in again["Messages"]] == [("job", "2")]
