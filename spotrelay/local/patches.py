@@ -378,6 +378,12 @@ EXPECTED: tuple[Expected, ...] = (
         "(self, visibility_timeout: int) -> None",
         ("self.visible_at = unix_time_millis() + visibility_timeout_msec",),
     ),
+    Expected(
+        moto_sqs_models.SQSBackend,
+        "is_message_valid_based_on_retention_period",
+        "(self, queue_name: str, message: moto.sqs.models.Message) -> bool",
+        ("retain_until = retention_period + message.sent_timestamp / 1000  # type: ignore",),
+    ),
     Expected(moto_instance_types, "INSTANCE_TYPES", None),
     Expected(moto_instance_types, "INSTANCE_TYPE_OFFERINGS", None),
     Expected(moto_instance_types.InstanceTypeBackend, "instance_types", None),
@@ -1238,3 +1244,14 @@ def _patch_sqs_clock(patcher: _Patcher, clock: SimulationClock) -> None:
         return clock.now().timestamp() * 1000.0
 
     patcher.replace(moto_sqs_models, "unix_time_millis", unix_time_millis)
+
+    # ... and so a message's retention, which counts from its (now virtual) sent time
+    def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
+        retention = self.get_queue_attributes(queue_name, ["MessageRetentionPeriod"])["MessageRetentionPeriod"]
+        return bool(float(retention) + message.sent_timestamp / 1000 > clock.now().timestamp())
+
+    patcher.replace(
+        moto_sqs_models.SQSBackend,
+        "is_message_valid_based_on_retention_period",
+        is_message_valid_based_on_retention_period,
+    )
