@@ -269,7 +269,7 @@ def _act(
     if isinstance(action, Ignore):
         return base.model_copy(update={"reason": action.reason})
     if isinstance(action, Interrupt):
-        _interrupt(attempt, event.time, first=action.first_notice, store=store, block_minutes=block_minutes)
+        record_interruption(attempt, event.time, first=action.first_notice, store=store, block_minutes=block_minutes)
         closed = not _fail_task(workflow, attempt, ERROR_SPOT_INTERRUPTED, event, detail.instance_id)
         reasons = [f"{action.before_warning} before any interruption warning"] if action.before_warning else []
         reasons += ["task already closed"] if closed else []
@@ -319,7 +319,9 @@ def _standby_event(
         )
     interrupted = isinstance(detail, InterruptionDetail)
     if interrupted:
-        _interrupt(standby, event.time, first=standby.interrupted_at is None, store=store, block_minutes=block_minutes)
+        record_interruption(
+            standby, event.time, first=standby.interrupted_at is None, store=store, block_minutes=block_minutes
+        )
     outcome = AttemptOutcome.INTERRUPTED if interrupted else AttemptOutcome.LOST
     closed_standby = close_standby(store, standby, outcome, event.time)
     if closed_standby is None:
@@ -355,7 +357,7 @@ def end_billing(store: JobStore, compute: Compute, attempt: Attempt, gone_at: da
     return settled
 
 
-def _interrupt(attempt: Attempt, at: datetime, *, first: bool, store: JobStore, block_minutes: float) -> None:
+def record_interruption(attempt: Attempt, at: datetime, *, first: bool, store: JobStore, block_minutes: float) -> None:
     if first:
         # The first warning to be recorded counts the interruption (a duplicate delivered concurrently
         # finds the field set on its fresh read and counts nothing).

@@ -46,8 +46,8 @@ from spotrelay.control.ec2_events import (
     Interrupt,
     Lose,
     StateChangeDetail,
-    _interrupt,
     end_billing,
+    record_interruption,
     state_change_action,
 )
 from spotrelay.control.jobs import ask_handover, mark_running, update_attempt, update_job, withdraw_handover
@@ -251,7 +251,7 @@ def _instance_gone(
     )
     if isinstance(action, Interrupt):
         block_minutes = job.spec.recovery.block_minutes  # the block its recovery would put there
-        _interrupt(attempt, now, first=action.first_notice, store=store, block_minutes=block_minutes)
+        record_interruption(attempt, now, first=action.first_notice, store=store, block_minutes=block_minutes)
         error = ERROR_SPOT_INTERRUPTED
     elif isinstance(action, Lose):
         error = ERROR_INSTANCE_LOST
