@@ -62,6 +62,14 @@ serializer was most of their cost)
   else, or an attribute value of a shape this does not know, takes moto's path.
 - `moto.core.responses.method_names_from_class`: remembered per class (`inspect.getmembers` over the
   whole response class at every request).
+- `AttributePicker.__call__`: the keys the serializer's alias providers offer for a member are
+  remembered per (object class and `Meta`, key, shape); a DescribeInstances asked them thousands of times.
+- `jsonpath_ng.ext.parse` (and the names moto's Step Functions imported it under, with
+  `jsonpath_ng.parse`): a path's text is parsed once (each call built the PLY parser's tables anew).
+- `dynamodb Table.query` and `.all_items`: a Query's candidates are its partition's items (an index
+  Query: the items whose index hash attributes match), not every item of the table sorted.
+- botocore's `SigV4Auth.canonical_request` and `.signature`: requests carry a fixed signature under the
+  real credential scope; moto checks no signature, it reads the account and region from the scope.
 
 Executions left behind
 - moto forgets an execution's backend on reset, not its threads: an execution that an earlier mock in
@@ -94,14 +102,21 @@ from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any, Protocol, cast
 
+import jsonpath_ng
+import jsonpath_ng.ext
 import moto
+from botocore.auth import SigV4Auth
 from moto.awslambda.models import LambdaFunction
 from moto.cloudformation.models import Stack as CfnStack
 from moto.core import responses as moto_responses
-from moto.core.serialize import BaseJSONSerializer
+from moto.core import serialize as moto_serialize
+from moto.core.constants import MISSING as MOTO_MISSING
+from moto.core.serialize import AttributePicker, AttributePickerContext, BaseJSONSerializer
+from moto.core.utils import get_value as moto_get_value
 from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX as DYNAMODB_ERROR_PREFIX
 from moto.dynamodb.exceptions import DynamodbException
 from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table as DynamoTable
 from moto.dynamodb.responses import DynamoHandler
 from moto.ec2.models import instance_types as moto_instance_types
 from moto.ec2.models.fleets import Fleet, FleetsBackend
@@ -118,6 +133,7 @@ from moto.sqs import models as moto_sqs_models
 from moto.stepfunctions import responses as sfn_responses
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
+from moto.stepfunctions.parser.asl.component.common.path import result_path as sfn_result_path
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp import Timestamp
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
@@ -125,6 +141,7 @@ from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
 from moto.stepfunctions.parser.asl.eval.callback import callback
 from moto.stepfunctions.parser.asl.parse import asl_parser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+from moto.stepfunctions.parser.asl.utils import json_path as sfn_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from spotrelay.local import cfn_models
@@ -316,6 +333,51 @@ EXPECTED: tuple[Expected, ...] = (
         ("super()._serialize_type_structure(serialized, value, shape, key)",),
     ),
     Expected(moto_responses, "method_names_from_class", "(clazz: 'object') -> 'list[str]'"),
+    Expected(  # the keys the picker tries depend on the object's class, the key and the shape only
+        AttributePicker,
+        "__call__",
+        "(self, context: 'AttributePickerContext') -> 'Any'",
+        ("for possible_key in self.get_possible_keys(context):", 'key_path = f"{context.key_path}.{context.key}"'),
+    ),
+    Expected(  # each alias provider reads only these of the object: its Meta and its class's name
+        moto_serialize,
+        "DEFAULT_ALIAS_PROVIDERS",
+        None,
+    ),
+    Expected(jsonpath_ng.ext, "parse", "(path: 'str', debug: 'bool | None' = None) -> 'JSONPath'"),
+    Expected(sfn_json_path, "parse", "(path: 'str', debug: 'bool | None' = None) -> 'JSONPath'"),
+    Expected(sfn_result_path, "parse", "(string: 'str') -> 'JSONPath'"),
+    Expected(  # botocore, not moto: a local request's signature is never checked
+        SigV4Auth,
+        "add_auth",
+        "(self, request)",
+        (
+            "canonical_request = self.canonical_request(request)",
+            "signature = self.signature(string_to_sign, request)",
+        ),
+    ),
+    Expected(SigV4Auth, "canonical_request", "(self, request)"),
+    Expected(  # a query reads its candidates from all_items() and sorts them itself afterwards
+        DynamoTable,
+        "query",
+        "(self, hash_key: moto.dynamodb.models.dynamo_type.DynamoType | None, range_comparison: str | None, "
+        "range_objs: list[moto.dynamodb.models.dynamo_type.DynamoType], limit: int, "
+        "exclusive_start_key: dict[str, typing.Any], scan_index_forward: bool, "
+        "projection_expressions: list[list[str]] | None, index_name: str | None = None, "
+        "consistent_read: bool = False, filter_expression: Any = None, hash_key_conditions: list[tuple[str, "
+        "moto.dynamodb.models.dynamo_type.DynamoType]] | None = None, range_key_conditions: list[tuple[str, "
+        "str, list[moto.dynamodb.models.dynamo_type.DynamoType]]] | None = None, "
+        "**filter_kwargs: Any) -> tuple[list[moto.dynamodb.models.dynamo_type.Item], int, dict[str, "
+        "typing.Any] | None]",
+        (
+            "for item in self.all_items():",
+            "possible_results = self.sorted_items(",
+            "possible_results.sort(key=lambda item: item.range_key)  # type: ignore",
+            "if isinstance(item, Item) and item.hash_key == hash_key",
+        ),
+    ),
+    Expected(DynamoTable, "all_items", "(self) -> list[moto.dynamodb.models.dynamo_type.Item]"),
+    Expected(SigV4Auth, "signature", "(self, string_to_sign, request)"),
     Expected(  # a JSON template read as JSON (PyYAML's pure-Python loader took 2 s of every deploy for ours)
         CfnStack,
         "parse_template",
@@ -1103,6 +1165,120 @@ def _patch_speed(patcher: _Patcher) -> None:
         return Preprocessor().visit(tree), tree
 
     patcher.replace(asl_parser.AmazonStateLanguageParser, "parse", staticmethod(parse))
+
+    # moto's generic serializer asks six alias providers, at every member of every object it answers with
+    # (a DescribeInstances of 4 instances: about 4,000 times), which keys to try. Their answer depends
+    # only on the object's class and `Meta`, the key and the shape (and the shape's parent): remembered
+    # per those, with the shape kept alive so that its id cannot be reused by another
+    original_call: Callable[[AttributePicker, AttributePickerContext], Any] = patcher.original(
+        AttributePicker, "__call__"
+    )
+    keys_known: dict[tuple[Any, ...], tuple[Any, tuple[str, ...]]] = {}
+
+    def pick(self: AttributePicker, context: AttributePickerContext) -> Any:
+        obj, shape = context.obj, context.shape
+        if self.response_transformers:
+            return original_call(self, context)
+        cache_key: tuple[Any, ...] = (type(self), tuple(self.alias_providers), type(obj), getattr(obj, "Meta", None))
+        cache_key += (context.key, id(shape), id(getattr(shape, "parent", None)))
+        known = keys_known.get(cache_key)
+        if known is None or known[0] is not shape:
+            known = keys_known[cache_key] = (shape, tuple(self.get_possible_keys(context)))
+        for possible_key in known[1]:
+            value = moto_get_value(obj, possible_key, MOTO_MISSING)
+            if value is not MOTO_MISSING:
+                return value
+        return None
+
+    patcher.replace(AttributePicker, "__call__", pick)
+
+    # jsonpath_ng's `parse` builds its PLY parser (the grammar's tables) at every call: moto's event input
+    # transformer and Step Functions' paths call it per event and per state. A parsed path is immutable
+    # (find and update_or_create read it only): parsed once per text
+    def cached(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+        parsed: dict[str, Any] = {}
+
+        def parse_once(path: str, debug: bool | None = None) -> Any:
+            known = parsed.get(path)
+            if known is None:
+                known = parsed[path] = parse(path)
+            return known
+
+        return parse_once
+
+    ext_parse = cached(patcher.original(jsonpath_ng.ext, "parse"))
+    patcher.replace(jsonpath_ng.ext, "parse", ext_parse)  # moto.events.utils imports it at each call
+    patcher.replace(sfn_json_path, "parse", ext_parse)
+    patcher.replace(sfn_result_path, "parse", cached(patcher.original(sfn_result_path, "parse")))
+
+    # botocore signs every request (SigV4: the canonical request, hashing the payload, five HMACs): moto
+    # checks no signature (IAM authorization is off here), only the Authorization header's credential scope
+    # (account and region), which botocore still writes. The signature is left as a fixed string
+    patcher.replace(SigV4Auth, "canonical_request", lambda self, request: f"{request.method} {request.url}")
+    patcher.replace(SigV4Auth, "signature", lambda self, string_to_sign, request: "0" * 64)
+
+    _patch_dynamodb_query(patcher)
+
+
+_QUERY_SCOPE = threading.local()  # (table, its candidates) while this thread's Query runs
+
+
+def _patch_dynamodb_query(patcher: _Patcher) -> None:
+    """moto's Query takes its candidates from `Table.all_items()`: every item of the table, sorted, at each
+    Query (a table of 4,000 items: 4,000 key comparisons and a sort, for the ten items of one partition).
+    It sorts the candidates itself afterwards (by the table's or the index's keys), so their order does not
+    matter, only which they are: a table Query gets its partition's items; an index Query the items whose
+    index hash attributes are equal (DynamoType's own equality: type and cast value) to the condition's,
+    without the sort. moto's own checks then run on those as on all. Other readers of all_items (Scan, a
+    Query of another table or in another thread) get moto's answer."""
+    original_all: Callable[[DynamoTable], list[Any]] = patcher.original(DynamoTable, "all_items")
+    original_query: Callable[..., Any] = patcher.original(DynamoTable, "query")
+
+    def all_items(self: DynamoTable) -> list[Any]:
+        scope = getattr(_QUERY_SCOPE, "table", None)
+        if scope is not None and scope[0] is self:
+            return cast(list[Any], scope[1]())
+        return original_all(self)
+
+    def query(self: DynamoTable, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
+        conditions: list[tuple[str, DynamoType]] = list(kwargs.get("hash_key_conditions") or [])
+
+        def partition() -> list[Any]:
+            held = self.items.get(hash_key)
+            if held is None:
+                return []
+            return list(held.values()) if self.range_key_attr else [held]
+
+        def matching() -> list[Any]:
+            found: list[Any] = []
+            held: Any
+            for held in self.items.values():
+                for item in held.values() if self.range_key_attr else (held,):
+                    for name, wanted in conditions:
+                        value = item.attrs.get(name)
+                        if value is None or value.type != wanted.type or value.cast_value != wanted.cast_value:
+                            break
+                    else:
+                        found.append(item)
+            return found
+
+        if index_name:
+            if not conditions:
+                return original_query(self, hash_key, *args, **kwargs)
+            candidates = matching
+        else:
+            if hash_key is None:
+                return original_query(self, hash_key, *args, **kwargs)
+            candidates = partition
+        _QUERY_SCOPE.table = (self, candidates)
+        try:
+            return original_query(self, hash_key, *args, **kwargs)
+        finally:
+            _QUERY_SCOPE.table = None
+
+    patcher.replace(DynamoTable, "all_items", all_items)
+    patcher.replace(DynamoTable, "query", query)
 
 
 # --- EC2 -----------------------------------------------------------------------------------------------
