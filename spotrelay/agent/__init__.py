@@ -3,7 +3,8 @@ S3, and reports on the Run task's token. See `spotrelay.agent.agent` for the lif
 
 Modules: `agent` (the loop), `main` (the wiring behind `spotrelay agent`), `imds` (IMDSv2 client),
 `checkpoints` (what changed, what to upload, restore verification; no AWS), `checkpointer` (the
-order of the writes: data, manifest, pointer), `runner` and `supervise` (the job's process),
+order of the writes: data, manifest, pointer), `confined` (the job's checkpoint dir read and written
+as root without following what the job planted there), `runner` and `supervise` (the job's process),
 `state` (the state file that survives a restart), `task_tokens`, `logs`, `bench`
 (`python -m spotrelay.agent.bench`). The S3 side is `spotrelay.aws.checkpoints`.
 

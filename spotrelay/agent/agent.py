@@ -97,6 +97,7 @@ from spotrelay.agent.checkpoints import (
     scan_checkpoint_dir,
     tail_lines,
 )
+from spotrelay.agent.confined import ConfinedDir
 from spotrelay.agent.imds import ImdsError, InstanceAction, RebalanceRecommendation
 from spotrelay.agent.logs import JobLogger
 from spotrelay.agent.runner import (
@@ -295,11 +296,14 @@ class _OutputTail:
 
 
 def give_to(directory: Path, user: JobUser, chown: Callable[..., None] = os.chown) -> None:
-    """Make the checkpoint dir (and what a restore put there) the job user's; symlinks are not followed."""
-    chown(directory, user.uid, user.gid, follow_symlinks=False)
-    for root, dirnames, filenames in os.walk(directory, followlinks=False):
-        for name in (*dirnames, *filenames):
-            chown(os.path.join(root, name), user.uid, user.gid, follow_symlinks=False)
+    """Make the checkpoint dir (and what a restore put there) the job user's. Each entry is changed by
+    its name in its directory's fd, a symlink itself and never what it points at, and the walk never
+    follows one (`spotrelay.agent.confined`): a directory the job swaps for a symlink meanwhile cannot
+    hand it a file of root's."""
+    with ConfinedDir.open(directory, job_uid=user.uid) as root:
+        chown(root.fd, user.uid, user.gid)
+        for entry in root.walk():
+            chown(entry.name, user.uid, user.gid, dir_fd=entry.dir_fd, follow_symlinks=False)
 
 
 # --- the agent --------------------------------------------------------------------------------------
@@ -382,6 +386,8 @@ class Agent:
             refresh_after=self.settings.refresh_after,
             clock=self.clock.now,
             monotonic=self.clock.monotonic,
+            job_uid=self.settings.job_user.uid if self.settings.job_user is not None else None,
+            log=self.log,
         )
         record = self._wait_for_attempt_record()
         # Only an on-demand attempt is ever asked to migrate (reconcile moves jobs from on-demand back to
@@ -719,7 +725,7 @@ class Agent:
         (rewritten at every step, not a save). A scan that fails is no change."""
         assert self.checkpointer is not None
         try:
-            files = scan_checkpoint_dir(self.checkpointer.dir)
+            files = scan_checkpoint_dir(self.checkpointer.dir, job_uid=self.checkpointer.job_uid)
         except OSError:
             return self._handover.signature if self._handover is not None else ()
         return tuple(sorted((f.path, f.size, f.mtime_ns) for path, f in files.items() if path != PROGRESS_FILE_NAME))

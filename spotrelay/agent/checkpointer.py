@@ -19,13 +19,23 @@ Restore (`Checkpointer.restore`): read the pointer, read the manifest it names (
 checkpoint the pointer says), download every file to a staging dir, verify each file's size and
 sha256 and that no other file is there, then install the staging dir as the checkpoint dir. Any
 mismatch raises CheckpointIntegrityError and leaves the checkpoint dir as it was.
+
+The agent is root and the dir is the job's (`spotrelay.agent.confined`): a checkpoint reads only
+regular files, each hashed and uploaded from the one fd that fstat proved one, and never through a
+symlink; whatever else the dir holds is left out with a warning (`CheckpointResult.left_out`) and the
+checkpoint commits with the rest. A restore writes only into a staging dir it has just made (0700),
+reached through its fd, and puts the files in place by renames that replace a planted symlink
+instead of following it.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
@@ -34,6 +44,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from spotrelay.agent.checkpoints import (
     DEFAULT_REFRESH_AFTER,
+    STAGING_PREFIX,
     CheckpointIntegrityError,
     FileAction,
     IndexedFile,
@@ -42,19 +53,18 @@ from spotrelay.agent.checkpoints import (
     TransferCancelled,
     checkpoint_prefix,
     files_to_hash,
-    install_restored,
+    local_file,
     plan_checkpoint,
     racy_after,
     racy_mtime,
     read_progress,
-    remove_path,
     same_contents,
     scan_checkpoint_dir,
-    sha256_many,
-    staging_dir,
-    stat_file,
+    sha256_open_files,
     verify_dir,
 )
+from spotrelay.agent.confined import ConfinedDir, LeftOut, NotRead, OpenFile, RestoreStaging, make_room_for
+from spotrelay.agent.logs import LOGGER_NAME
 from spotrelay.clock import SYSTEM_CLOCK, ClockEvent
 from spotrelay.control.ports import CheckpointPointer
 from spotrelay.models import CheckpointManifest
@@ -84,6 +94,9 @@ class CheckpointPointers(Protocol):
     def get_checkpoint(self, job_id: str) -> CheckpointPointer | None: ...
 
 
+MAX_LEFT_OUT_WARNINGS = 20  # one line per entry left out, then one line with how many more
+
+
 class CheckpointCancelled(Exception):
     """A periodic checkpoint was dropped for a notice (what it uploaded stays reusable)."""
 
@@ -103,6 +116,7 @@ class CheckpointResult(BaseModel):
     files: int = 0
     uploaded: tuple[str, ...] = ()  # paths whose bytes this checkpoint uploaded
     uploaded_bytes: int = 0
+    left_out: tuple[str, ...] = ()  # entries of the dir not saved: not regular files the job owns
     copied: tuple[str, ...] = ()
     reused: int = 0
     total_bytes: int = 0
@@ -124,6 +138,50 @@ def _as_local(f: PlannedFile) -> LocalFile:
     return LocalFile(path=f.path, size=f.size, mtime_ns=f.mtime_ns)
 
 
+@dataclass
+class _DirRead:
+    """One checkpoint's read of the dir: its regular files (those opened, as fstat saw them), the open
+    files (closed with this), their sha256, the progress, and what was left out."""
+
+    root: ConfinedDir | None
+    local: dict[str, LocalFile] = field(default_factory=dict)
+    opened: dict[str, OpenFile] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)
+    progress: float | None = None
+    scanned_at_ns: int = field(default_factory=time.time_ns)
+    left_out: list[LeftOut] = field(default_factory=list)
+
+    def keep_open(self, paths: set[str]) -> None:
+        """Close every open file but those of `paths` (the uploads)."""
+        for path in set(self.opened) - paths:
+            os.close(self.opened.pop(path).fd)
+
+    def upload_items(self, uploads: Sequence[PlannedFile]) -> list[tuple[Path, str]]:
+        """(where the transfer reads each upload: its open file, key)."""
+        if not uploads:
+            return []
+        assert self.root is not None
+        return [(self.root.path_of_open(self.opened[f.path]), f.key) for f in uploads]
+
+    def written_since_read(self, uploads: Sequence[PlannedFile]) -> list[PlannedFile]:
+        """The uploads whose open file changed (size, mtime) while it was read; a file renamed over
+        one since is another file: what was uploaded is still what was hashed."""
+        return [f for f in uploads if local_file(f.path, os.fstat(self.opened[f.path].fd)) != _as_local(f)]
+
+    def close(self) -> None:
+        for f in self.opened.values():
+            os.close(f.fd)
+        self.opened.clear()
+        if self.root is not None:
+            self.root.close()
+
+    def __enter__(self) -> _DirRead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Checkpointer:
     """Checkpoints of one job attempt's checkpoint dir."""
 
@@ -140,7 +198,11 @@ class Checkpointer:
         refresh_after: timedelta | None = DEFAULT_REFRESH_AFTER,
         clock: Callable[[], datetime] = SYSTEM_CLOCK.now,
         monotonic: Callable[[], float] = SYSTEM_CLOCK.monotonic,
+        job_uid: int | None = None,
+        log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
     ) -> None:
+        """`job_uid`: the job's user when it is not the agent's (the agent is root): a symlink it owns
+        on the way to the dir is not followed, and a hard link to a file it does not own is left out."""
         self.job_id = job_id
         self.attempt = attempt
         self.dir = checkpoint_dir
@@ -151,6 +213,8 @@ class Checkpointer:
         self.refresh_after = refresh_after
         self.clock = clock
         self.monotonic = monotonic
+        self.job_uid = job_uid
+        self.log = log or logging.getLogger(LOGGER_NAME)
         self._lock = threading.Lock()
 
     def _save(self) -> None:
@@ -178,34 +242,38 @@ class Checkpointer:
             last = self.state.last_manifest
             baseline_work = self.state.work_done_hours
         prefix = checkpoint_prefix(self.job_id, self.attempt, seq)
-        progress = read_progress(self.dir)
-        scanned_at_ns = time.time_ns()  # the kernel's clock, which stamps the mtimes it is compared with
-        local = scan_checkpoint_dir(self.dir)
-        if not local and not final:
-            return CheckpointResult(reason=reason, seq=seq, committed=False, skipped="the checkpoint dir is empty")
-        try:
-            digests = sha256_many(self.dir, files_to_hash(local, index))
-        except FileNotFoundError as e:  # deleted between the scan and the read
-            raise CheckpointUnstable(f"{e.filename} disappeared while it was read") from e
-        now = self.clock()
-        plan = plan_checkpoint(
-            local, index, digests, prefix=prefix, now=now, refresh_after=None if final else self.refresh_after
-        )
-        manifest = plan.manifest(self.job_id, self.attempt, seq, now, progress, final=final)
-        if not final and last is not None and not plan.uploads and not plan.copies and same_contents(manifest, last):
-            return CheckpointResult(reason=reason, seq=seq, committed=False, skipped="nothing changed")
+        with self._read_dir(index) as read:
+            local, left_out = read.local, tuple(e.path for e in read.left_out)
+            if not local and not final:
+                return CheckpointResult(
+                    reason=reason, seq=seq, committed=False, skipped="the checkpoint dir is empty", left_out=left_out
+                )
+            now = self.clock()
+            plan = plan_checkpoint(
+                local, index, read.digests, prefix=prefix, now=now, refresh_after=None if final else self.refresh_after
+            )
+            read.keep_open({f.path for f in plan.uploads})
+            progress, scanned_at_ns = read.progress, read.scanned_at_ns
+            manifest = plan.manifest(self.job_id, self.attempt, seq, now, progress, final=final)
+            unchanged = not plan.uploads and not plan.copies and last is not None and same_contents(manifest, last)
+            if unchanged and not final:
+                return CheckpointResult(
+                    reason=reason, seq=seq, committed=False, skipped="nothing changed", left_out=left_out
+                )
 
-        with self._lock:  # reserved before anything is written under its prefix: never reused
-            self.state.next_seq = seq + 1
-        self._save()
-        try:
-            uploaded = self.storage.upload([(self.dir / f.path, f.key) for f in plan.uploads], cancel)
-            copied = self.storage.copy([(f.source_key or "", f.key) for f in plan.copies], cancel)
-        except TransferCancelled as e:
-            done = set(e.completed)
-            self._remember([f for f in plan.files if f.action is not FileAction.REUSE and f.key in done], scanned_at_ns)
-            raise CheckpointCancelled(f"{reason} checkpoint {seq} cancelled") from e
-        moved = [f for f in plan.uploads if stat_file(self.dir, f.path) != _as_local(f)]
+            with self._lock:  # reserved before anything is written under its prefix: never reused
+                self.state.next_seq = seq + 1
+            self._save()
+            try:
+                uploaded = self.storage.upload(read.upload_items(plan.uploads), cancel)
+                copied = self.storage.copy([(f.source_key or "", f.key) for f in plan.copies], cancel)
+            except TransferCancelled as e:
+                done = set(e.completed)
+                self._remember(
+                    [f for f in plan.files if f.action is not FileAction.REUSE and f.key in done], scanned_at_ns
+                )
+                raise CheckpointCancelled(f"{reason} checkpoint {seq} cancelled") from e
+            moved = read.written_since_read(plan.uploads)
         if moved:
             done = set(uploaded) | set(copied)
             self._remember([f for f in plan.files if f.key in done and f not in moved], scanned_at_ns)
@@ -238,6 +306,7 @@ class Checkpointer:
             files=len(plan.files),
             uploaded=tuple(f.path for f in plan.uploads),
             uploaded_bytes=plan.upload_bytes,
+            left_out=left_out,
             copied=tuple(f.path for f in plan.copies),
             reused=len(plan.reused),
             total_bytes=manifest.total_bytes,
@@ -245,6 +314,51 @@ class Checkpointer:
             seconds=round(self.monotonic() - started, 3),
             committed_at=committed_at,
         )
+
+    def _read_dir(self, index: Mapping[str, IndexedFile]) -> _DirRead:
+        """Scan the dir, open what changed since `index` and hash it from the open files (warning about
+        what is left out). A file that is no longer a regular file when it is opened (swapped for a
+        symlink since the scan) is left out too; one that is gone makes the checkpoint unstable."""
+        try:
+            root: ConfinedDir | None = ConfinedDir.open(self.dir, job_uid=self.job_uid)
+        except FileNotFoundError:
+            root = None
+        read = _DirRead(root)
+        try:
+            if root is not None:
+                read.progress = read_progress(root)
+                read.scanned_at_ns = time.time_ns()  # the kernel's clock, which stamps the mtimes compared with it
+                read.local = scan_checkpoint_dir(root, left_out=read.left_out)
+                paths = files_to_hash(read.local, index)
+                make_room_for(len(paths))
+                for path in paths:
+                    try:
+                        f = root.open_file(path)
+                    except NotRead as e:
+                        read.left_out.append(LeftOut(path, e.why))
+                        del read.local[path]
+                        continue
+                    except FileNotFoundError as e:  # deleted between the scan and the read
+                        raise CheckpointUnstable(f"{path} disappeared while it was read") from e
+                    read.opened[path] = f
+                    read.local[path] = local_file(path, f.st)  # what the bytes hashed and uploaded are
+            self._warn_left_out(read.left_out)
+            read.digests = sha256_open_files(read.opened.values())
+        except BaseException:
+            read.close()
+            raise
+        return read
+
+    def _warn_left_out(self, left_out: Sequence[LeftOut]) -> None:
+        for entry in left_out[:MAX_LEFT_OUT_WARNINGS]:
+            self.log.warning(
+                "left out of the checkpoint: not a regular file of the job's",
+                extra={"path": entry.path, "what": entry.why},
+            )
+        if len(left_out) > MAX_LEFT_OUT_WARNINGS:
+            self.log.warning(
+                "more entries left out of the checkpoint", extra={"count": len(left_out) - MAX_LEFT_OUT_WARNINGS}
+            )
 
     def _remember(self, done: Sequence[PlannedFile], scanned_at_ns: int) -> None:
         """Objects a dropped checkpoint finished writing stay reusable by the next one."""
@@ -282,26 +396,23 @@ class Checkpointer:
                 ],
             )
         self.dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = staging_dir(self.dir)
-        if staging.exists():
-            remove_path(staging)
-        staging.mkdir(parents=True)
-        try:
-            self.storage.download([(manifest.object_key(f), staging / f.path) for f in manifest.files])
-            problems = verify_dir(staging, manifest)
-        except Exception:
-            remove_path(staging)
-            raise
-        if problems:
-            remove_path(staging)
-            raise CheckpointIntegrityError(pointer.manifest_key, problems)
-        install_restored(staging, self.dir)
+        with RestoreStaging(self.dir, prefix=STAGING_PREFIX, job_uid=self.job_uid) as staging:
+            try:
+                self.storage.download([(manifest.object_key(f), staging.path_of(f.path)) for f in manifest.files])
+                problems = verify_dir(staging.confined, manifest)
+                if problems:
+                    raise CheckpointIntegrityError(pointer.manifest_key, problems)
+                restored = scan_checkpoint_dir(staging.confined)  # the mtimes: a rename keeps them
+                staging.install()
+            except BaseException:
+                staging.discard()
+                raise
 
         referenced = [f.key for f in manifest.files if f.key is not None]
         written = self.storage.last_modified(referenced) if referenced else {}
         index: dict[str, IndexedFile] = {}
         for f in manifest.files:
-            local = stat_file(self.dir, f.path)
+            local = restored.get(f.path)
             if local is None:  # pragma: no cover - verified a moment ago
                 continue
             index[f.path] = IndexedFile(

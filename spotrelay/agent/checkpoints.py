@@ -28,6 +28,12 @@ number: reference-GPU hours done. It lives in the checkpoint dir, so it travels 
 describes; the agent reads it for the manifest's `work_done_hours`. Without it, `work_done_hours` is
 None in the manifest and the pointer keeps the best value known before (the previous pointer's, or
 the attempt's `work_done_hours_at_start`).
+
+The dir is the job's, and the agent reads it as root: nothing in it is trusted. Every entry is reached
+through directory fds without following a link, and a file is hashed and uploaded from the one fd
+that fstat proved a regular file (`spotrelay.agent.confined`). Symlinks, FIFOs, sockets, devices and
+hard links to files the job user does not own are left out of the checkpoint with a warning (their
+relative path, never a link's target), and the checkpoint commits with the rest.
 """
 
 from __future__ import annotations
@@ -35,8 +41,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import shutil
-import stat
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -45,10 +49,11 @@ from pathlib import Path
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
+from spotrelay.agent.confined import ConfinedDir, LeftOut, NotRead, OpenFile, sha256_of_fd
 from spotrelay.models import CheckpointFile, CheckpointManifest
 
 PROGRESS_FILE_NAME = ".spotrelay-progress"
-STAGING_PREFIX = ".spotrelay-"  # restore staging and replaced dirs; never part of a checkpoint
+STAGING_PREFIX = ".spotrelay-"  # restore staging and replaced dirs (top level); never part of a checkpoint
 MANIFEST_NAME = "manifest.json"
 DEFAULT_REFRESH_AFTER = timedelta(days=7)
 HASH_THREADS = 8  # hashlib releases the GIL on large reads: files hash in parallel
@@ -83,54 +88,68 @@ class LocalFile(BaseModel):
     mtime_ns: int
 
 
-def stat_file(root: Path, path: str) -> LocalFile | None:
-    """The file's size and mtime now; None if it is gone or no longer a regular file."""
-    try:
-        st = os.lstat(root / path)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
+def local_file(path: str, st: os.stat_result) -> LocalFile:
     return LocalFile(path=path, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
 
-def scan_checkpoint_dir(root: Path) -> dict[str, LocalFile]:
-    """Every regular file under `root` (symlinks and special files are skipped: a checkpoint holds
-    bytes, not links), keyed by its '/'-separated path relative to `root`."""
-    found: dict[str, LocalFile] = {}
-    if not root.is_dir():
-        return found
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(dirpath)
-        if here == root:
-            dirnames[:] = [d for d in dirnames if not d.startswith(STAGING_PREFIX)]
-        for name in filenames:
-            path = (here / name).relative_to(root).as_posix()
-            local = stat_file(root, path)
-            if local is not None:
-                found[path] = local
-    return found
+def _is_staging(name: str) -> bool:
+    return name.startswith(STAGING_PREFIX)
+
+
+def scan_checkpoint_dir(
+    root: Path | ConfinedDir, *, job_uid: int | None = None, left_out: list[LeftOut] | None = None
+) -> dict[str, LocalFile]:
+    """Every regular file under `root`, keyed by its '/'-separated path relative to `root`. Nothing is
+    followed (`spotrelay.agent.confined`): symlinks, FIFOs, sockets, devices, hard links to files the
+    job user does not own, and directories that cannot be walked are added to `left_out` instead (a
+    checkpoint holds bytes, not links). A dir that does not exist has no files."""
+    if isinstance(root, ConfinedDir):
+        return {
+            path: local_file(path, st)
+            for path, st in root.regular_files(left_out=left_out, skip_top_dirs=_is_staging).items()
+        }
+    try:
+        confined = ConfinedDir.open(root, job_uid=job_uid)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    with confined:
+        return scan_checkpoint_dir(confined, left_out=left_out)
 
 
 def sha256_of(path: Path) -> str:
+    """The sha256 of a file the agent trusts (its own); the job's files are hashed from their open fds."""
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def sha256_many(root: Path, paths: Iterable[str], threads: int = HASH_THREADS) -> dict[str, str]:
-    paths = list(paths)
-    if not paths:
+def sha256_open_files(files: Iterable[OpenFile], threads: int = HASH_THREADS) -> dict[str, str]:
+    """The sha256 of each open file, read from its fd (several at once)."""
+    files = list(files)
+    if not files:
         return {}
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(paths)))) as pool:
-        return dict(zip(paths, pool.map(lambda p: sha256_of(root / p), paths), strict=True))
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(files)))) as pool:
+        return dict(zip((f.path for f in files), pool.map(lambda f: sha256_of_fd(f.fd), files), strict=True))
 
 
-def read_progress(root: Path) -> float | None:
-    """Reference-GPU hours done, from the job's progress file; None when absent or not a number >= 0."""
+MAX_PROGRESS_BYTES = 4096
+
+
+def read_progress(root: Path | ConfinedDir) -> float | None:
+    """Reference-GPU hours done, from the job's progress file; None when absent or not a number >= 0
+    (or not a small regular file: a link to somewhere else is not read)."""
+    if not isinstance(root, ConfinedDir):
+        try:
+            confined = ConfinedDir.open(root)
+        except OSError:
+            return None
+        with confined:
+            return read_progress(confined)
+    data = root.read_small(PROGRESS_FILE_NAME, MAX_PROGRESS_BYTES)
+    if data is None:
+        return None
     try:
-        text = (root / PROGRESS_FILE_NAME).read_text().strip()
-        value = float(text)
-    except (OSError, ValueError):
+        value = float(data.decode("utf-8").strip())
+    except (UnicodeDecodeError, ValueError):
         return None
     return value if math.isfinite(value) and value >= 0 else None
 
@@ -347,69 +366,38 @@ class CheckpointIntegrityError(Exception):
         self.problems = problems
 
 
-def verify_file(path: Path, expected: CheckpointFile) -> str | None:
-    """Why the file at `path` is not `expected` (size, then sha256), or None if it is."""
+def verify_file(root: ConfinedDir, expected: CheckpointFile) -> str | None:
+    """Why the file at `expected.path` under `root` is not `expected` (size, then sha256), or None if it is."""
     try:
-        size = path.stat().st_size
+        f = root.open_file(expected.path)
     except FileNotFoundError:
         return f"{expected.path}: missing"
-    if size != expected.size:
-        return f"{expected.path}: {size} bytes, the manifest says {expected.size}"
-    digest = sha256_of(path)
+    except NotRead as e:
+        return f"{expected.path}: not a regular file ({e.why})"
+    try:
+        if f.st.st_size != expected.size:
+            return f"{expected.path}: {f.st.st_size} bytes, the manifest says {expected.size}"
+        digest = sha256_of_fd(f.fd)
+    finally:
+        os.close(f.fd)
     if digest != expected.sha256:
         return f"{expected.path}: sha256 {digest}, the manifest says {expected.sha256}"
     return None
 
 
-def verify_dir(root: Path, manifest: CheckpointManifest, threads: int = HASH_THREADS) -> list[str]:
-    """Every way the files under `root` differ from `manifest` (missing, size, sha256, extra files)."""
+def verify_dir(root: Path | ConfinedDir, manifest: CheckpointManifest, threads: int = HASH_THREADS) -> list[str]:
+    """Every way the files under `root` differ from `manifest` (missing, size, sha256, extra entries)."""
+    if not isinstance(root, ConfinedDir):
+        with ConfinedDir.open(root) as confined:
+            return verify_dir(confined, manifest, threads)
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(manifest.files) or 1))) as pool:
-        problems = [p for p in pool.map(lambda f: verify_file(root / f.path, f), manifest.files) if p is not None]
-    extra = sorted(set(scan_checkpoint_dir(root)) - {f.path for f in manifest.files})
-    problems.extend(f"{path}: not in the manifest" for path in extra)
+        problems = [p for p in pool.map(lambda f: verify_file(root, f), manifest.files) if p is not None]
+    left_out: list[LeftOut] = []
+    found = scan_checkpoint_dir(root, left_out=left_out)
+    expected = {f.path for f in manifest.files}
+    problems.extend(f"{path}: not in the manifest" for path in sorted(set(found) - expected))
+    problems.extend(f"{e.path}: not in the manifest ({e.why})" for e in left_out if e.path not in expected)
     return problems
-
-
-def install_restored(staging: Path, target: Path) -> None:
-    """Make the verified `staging` dir the checkpoint dir `target`.
-
-    Normally one rename of the whole dir (the job never sees a half-restored dir). When `target` is a
-    mount point (an instance-store volume mounted at the checkpoint dir) it cannot be renamed: its
-    contents are cleared and each verified file is renamed into it instead; the job starts only after
-    this returns either way, and a crash in between restores again from the start.
-    """
-    if target.is_dir() and os.path.ismount(target):
-        for child in target.iterdir():
-            if child == staging or child.name.startswith(STAGING_PREFIX):
-                continue
-            remove_path(child)
-        for child in list(staging.iterdir()):
-            os.replace(child, target / child.name)
-        staging.rmdir()
-        return
-    replaced = target.parent / f"{STAGING_PREFIX}replaced-{target.name}"
-    if replaced.exists():
-        remove_path(replaced)
-    if target.exists() or target.is_symlink():
-        os.replace(target, replaced)
-    os.replace(staging, target)
-    if replaced.exists() or replaced.is_symlink():
-        remove_path(replaced)
-
-
-def staging_dir(target: Path) -> Path:
-    """Where a restore downloads to: next to the dir (same filesystem: one rename installs it), or
-    inside it when the dir is a mount point."""
-    if target.is_dir() and os.path.ismount(target):
-        return target / f"{STAGING_PREFIX}restore"
-    return target.parent / f"{STAGING_PREFIX}restore-{target.name}"
-
-
-def remove_path(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
 
 
 # --- the job's log ----------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spotrelay.agent.checkpointer import CheckpointCancelled, Checkpointer
+from spotrelay.agent.checkpointer import CheckpointCancelled, Checkpointer, CheckpointUnstable
 from spotrelay.agent.checkpoints import CheckpointIntegrityError, sha256_of
 from spotrelay.control.ports import CheckpointPointer
 from spotrelay.models import CheckpointManifest
@@ -276,3 +276,64 @@ def test_a_manifest_that_is_not_the_checkpoint_the_pointer_names_is_corrupt(worl
         Checkpointer(
             job_id=JOB_ID, attempt=2, checkpoint_dir=tmp_path / "t", storage=world.storage, pointers=world.store
         ).restore(wrong)
+
+
+class WritesBeforeUpload:
+    """Storage whose upload starts just after the job did something to its dir (`act`)."""
+
+    def __init__(self, inner: Any, act: Any) -> None:
+        self.inner = inner
+        self.act = act
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def upload(self, items: Any, cancel: Any = None) -> list[str]:
+        self.act()
+        result: list[str] = self.inner.upload(items, cancel)
+        return result
+
+
+def test_a_file_written_to_while_it_is_uploaded_drops_the_periodic_checkpoint(world: World, tmp_path: Path) -> None:
+    # Given a job that appends to its weights while the agent uploads them
+    source = tmp_path / "ckpt"
+    write(source, {"weights.bin": b"step 1"})
+    checkpointer = world.checkpointer(1, source)
+
+    def append() -> None:
+        with (source / "weights.bin").open("ab") as f:
+            f.write(b" and more")
+
+    checkpointer.storage = WritesBeforeUpload(world.storage, append)
+
+    # When a periodic checkpoint is taken, Then it is dropped, and nothing is committed
+    with pytest.raises(CheckpointUnstable, match=r"weights\.bin"):
+        checkpointer.take("periodic")
+    assert world.store.get_checkpoint(JOB_ID) is None
+
+
+def test_a_file_replaced_by_a_rename_during_the_upload_is_saved_as_it_was_read(world: World, tmp_path: Path) -> None:
+    # Given a job that saves atomically (a temporary file renamed over the old one) while the agent uploads
+    source = tmp_path / "ckpt"
+    write(source, {"weights.bin": b"step 1"})
+    checkpointer = world.checkpointer(1, source)
+
+    def save_atomically() -> None:
+        (source / "weights.tmp").write_bytes(b"step 2, a longer file")
+        (source / "weights.tmp").replace(source / "weights.bin")
+
+    checkpointer.storage = WritesBeforeUpload(world.storage, save_atomically)
+
+    # When a checkpoint is taken
+    result = checkpointer.take("periodic")
+
+    # Then it holds the file the agent opened and hashed (its bytes, its size, its sha256): it restores whole
+    assert result.committed
+    target = tmp_path / "restored"
+    restore_into(world, target)
+    assert contents(target) == {"weights.bin": b"step 1"}
+    # and the next checkpoint saves the new file
+    checkpointer.storage = world.storage
+    assert checkpointer.take("periodic").uploaded == ("weights.bin",)
+    restore_into(world, target)
+    assert contents(target) == {"weights.bin": b"step 2, a longer file"}

@@ -14,20 +14,20 @@ from pydantic import ValidationError
 
 from spotrelay.agent.checkpoints import (
     PROGRESS_FILE_NAME,
+    STAGING_PREFIX,
     FileAction,
     IndexedFile,
     LocalFile,
     data_key,
     files_to_hash,
-    install_restored,
     plan_checkpoint,
     racy_after,
     read_progress,
     scan_checkpoint_dir,
-    staging_dir,
     tail_lines,
     verify_dir,
 )
+from spotrelay.agent.confined import RestoreStaging
 from spotrelay.models import CheckpointFile, CheckpointManifest
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -195,10 +195,10 @@ def test_installing_a_restore_replaces_the_dir_in_one_rename(tmp_path: Path) -> 
     target = tmp_path / "ckpt"
     target.mkdir()
     (target / "stale").write_bytes(b"old")
-    staging = staging_dir(target)
-    staging.mkdir()
-    (staging / "fresh").write_bytes(b"new")
-    install_restored(staging, target)
+    with RestoreStaging(target, prefix=STAGING_PREFIX) as staging:
+        assert staging.where.parent == tmp_path
+        staging.path_of("fresh").write_bytes(b"new")
+        staging.install()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
     assert [p.name for p in target.iterdir()] == ["fresh"]
 
@@ -209,13 +209,13 @@ def test_installing_into_a_mount_point_moves_the_files(tmp_path: Path, monkeypat
     target.mkdir()
     monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == target)
     (target / "stale").write_bytes(b"old")
-    staging = staging_dir(target)
-    assert staging.parent == target
-    (staging / "sub").mkdir(parents=True)
-    (staging / "sub" / "fresh").write_bytes(b"new")
+    with RestoreStaging(target, prefix=STAGING_PREFIX) as staging:
+        assert staging.where.parent == target
+        staging.path_of("sub").mkdir()
+        staging.path_of("sub/fresh").write_bytes(b"new")
 
-    # When the restore is installed, Then the dir holds the restored files only
-    install_restored(staging, target)
+        # When the restore is installed, Then the dir holds the restored files only
+        staging.install()
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == ["sub", "sub/fresh"]
 
 

@@ -3,6 +3,7 @@ and unchanged otherwise. Privileges are never really dropped here: the user swit
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -108,14 +109,88 @@ def test_the_job_environment_carries_no_aws_credentials(tmp_path: Path) -> None:
     assert (env["HOME"], env["USER"]) == ("/home/spotrelay-job", JOB_USER)
 
 
+class Chowns:
+    """os.chown's stand-in (the tests are not root): records the inode a real call would change."""
+
+    def __init__(self) -> None:
+        self.changed: set[tuple[int, int]] = set()
+        self.owners: set[tuple[int, int]] = set()
+
+    def __call__(
+        self, path: Any, uid: int, gid: int, *, dir_fd: int | None = None, follow_symlinks: bool = True
+    ) -> None:
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        self.changed.add((st.st_dev, st.st_ino))
+        self.owners.add((uid, gid))
+
+
+def inode(path: Path) -> tuple[int, int]:
+    st = path.lstat()
+    return st.st_dev, st.st_ino
+
+
 def test_the_checkpoint_dir_is_given_to_the_job_user_without_following_links(tmp_path: Path) -> None:
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "model.pt").write_text("w")
-    (tmp_path / "link").symlink_to("/etc/passwd")
-    chowned: list[tuple[str, int, int, bool]] = []
-    give_to(tmp_path, USER, chown=lambda p, u, g, follow_symlinks: chowned.append((str(p), u, g, follow_symlinks)))
-    assert {Path(p).relative_to(tmp_path).as_posix() for p, *_ in chowned} == {".", "sub", "sub/model.pt", "link"}
-    assert {(u, g, follow) for _, u, g, follow in chowned} == {(990, 985, False)}
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "sub").mkdir(parents=True)
+    (ckpt / "sub" / "model.pt").write_text("w")
+    (ckpt / "link").symlink_to("/etc/passwd")
+    chowns = Chowns()
+    give_to(ckpt, USER, chown=chowns)
+    assert chowns.changed == {inode(p) for p in (ckpt, ckpt / "sub", ckpt / "sub" / "model.pt", ckpt / "link")}
+    assert chowns.owners == {(990, 985)}
+
+
+def test_a_directory_swapped_for_a_symlink_while_it_is_given_away_leads_nowhere_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a checkpoint dir with sub/model.pt, and root's own model.pt elsewhere
+    ckpt, elsewhere = tmp_path / "ckpt", tmp_path / "root-only"
+    (ckpt / "sub").mkdir(parents=True)
+    (ckpt / "sub" / "model.pt").write_text("the job's")
+    elsewhere.mkdir()
+    (elsewhere / "model.pt").write_text("root's")
+    # and a job that swaps sub for a symlink to it right after the agent listed sub
+    real_scandir = os.scandir
+
+    def scandir_then_swap(path: Any = ".") -> Any:
+        with real_scandir(path) as listing:
+            entries = list(listing)
+        if "model.pt" in {e.name for e in entries} and not (ckpt / "sub").is_symlink():
+            (ckpt / "sub").rename(tmp_path / "moved-sub")
+            (ckpt / "sub").symlink_to(elsewhere)
+        return _Listing(entries)
+
+    monkeypatch.setattr(os, "scandir", scandir_then_swap)
+
+    # When the dir is given to the job user
+    chowns = Chowns()
+    give_to(ckpt, USER, chown=chowns)
+
+    # Then root's file is not among what changed owner
+    assert inode(elsewhere / "model.pt") not in chowns.changed
+    assert inode(elsewhere) not in chowns.changed
+
+
+class _Listing:
+    """What os.scandir returns, from entries listed already."""
+
+    def __init__(self, entries: list[Any]) -> None:
+        self._entries = iter(entries)
+
+    def __enter__(self) -> _Listing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __iter__(self) -> _Listing:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._entries)
+
+    def close(self) -> None:
+        return None
 
 
 def test_the_unit_keeps_the_job_user_away_from_imds_on_every_start() -> None:
