@@ -25,6 +25,9 @@ METRICS_NAMESPACE = "spotrelay"
 # The schedule that runs the dispatcher and reconcile (the safety net for missed events, and the moves of
 # on-demand jobs back to spot): how soon a job on on-demand notices that spot is worth going back to.
 SCHEDULE_MINUTES = 5
+# The stack output naming the queue where EventBridge puts an event it could not deliver to any rule's target
+# (stacks/events_construct.py); each message's TARGET_ARN attribute names the function it was for
+EVENT_TARGET_DLQ_OUTPUT = "EventTargetDeadLetterQueueUrl"
 
 # Error names the JobLifecycle state machine catches (Lambda errors and task-token failures).
 ERROR_SPOT_INTERRUPTED = "SpotInterrupted"
@@ -37,6 +40,12 @@ ERROR_AWS_THROTTLED = "AwsThrottled"  # an AWS call of a task function throttled
 ERROR_CANCELLED = "JobCancelled"
 ERROR_BUDGET_EXHAUSTED = "BudgetExhausted"
 ERROR_CHECKPOINT_CORRUPT = "CheckpointCorrupt"  # the agent: the committed checkpoint fails verification
+# The Run task's retries of ERROR_LAUNCH_THROTTLED (stacks/lifecycle_construct.py): 2 s doubling, at most 30 s,
+# 6 retries (2, 4, 8, 16, 30, 30: 90 s), after which Place backs off (spotrelay.control.lifecycle.THROTTLED_WAIT_*)
+LAUNCH_THROTTLED_RETRY_FIRST_SECONDS = 2
+LAUNCH_THROTTLED_RETRY_BACKOFF = 2
+LAUNCH_THROTTLED_RETRY_MAX_SECONDS = 30
+LAUNCH_THROTTLED_RETRY_ATTEMPTS = 6
 
 # Environment variable names (the settings models' aliases).
 ENV_TABLE = "SPOTRELAY_TABLE"

@@ -29,6 +29,7 @@ class Dashboard(Construct):
         *,
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
+        event_dead_letter_queue: sqs.IQueue,
         state_machine: sfn.IStateMachine,
         interruption_rule: events.IRule,
         rebalance_rule: events.IRule,
@@ -43,6 +44,10 @@ class Dashboard(Construct):
                 left=[
                     queue.metric_approximate_number_of_messages_visible(period=PERIOD, label="waiting"),
                     dead_letter_queue.metric_approximate_number_of_messages_visible(period=PERIOD, label="DLQ"),
+                    # not a job: an event EventBridge could not deliver to a function (the README's runbook)
+                    event_dead_letter_queue.metric_approximate_number_of_messages_visible(
+                        period=PERIOD, label="undelivered events"
+                    ),
                 ],
                 width=12,
             ),

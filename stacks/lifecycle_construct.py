@@ -5,7 +5,8 @@
       ^          ├─ wait ──> WaitForCapacity ─> Place                                          │
       │          └─ fail ──> PlaceFailed ───────────────────────────────────────────────────────┤
       │   Run retries LaunchThrottled (with backoff), then, as InsufficientInstanceCapacity,    │
-      │   goes back to Place; JobCancelled ─> FinalizeCancelled;                                │
+      │   goes back to Place (which waits first after a throttled launch: WaitForCapacity);     │
+      │   JobCancelled ─> FinalizeCancelled;                                                    │
       │   SpotInterrupted | Migrating | InstanceLost | JobFailed | heartbeat/timeout ─> Recover;│
       │   anything else ─> FinalizeFailed                                                      │
       └── relaunch ─ RecoverChoice <─ Recover                                                   │
@@ -37,6 +38,10 @@ from spotrelay.config import (
     ERROR_MIGRATING,
     ERROR_NO_CAPACITY,
     ERROR_SPOT_INTERRUPTED,
+    LAUNCH_THROTTLED_RETRY_ATTEMPTS,
+    LAUNCH_THROTTLED_RETRY_BACKOFF,
+    LAUNCH_THROTTLED_RETRY_FIRST_SECONDS,
+    LAUNCH_THROTTLED_RETRY_MAX_SECONDS,
 )
 from stacks.suppressions import acknowledge, resource_finding
 
@@ -244,15 +249,18 @@ class JobLifecycle(Construct):
         # A throttled or failed *invocation* of launch is retried; what the worker reports is caught below.
         self._retry_service_errors(run_task)
         # EC2 throttled RunInstances (per account and Region, not per pool): launch again after 2, 4, 8, 16,
-        # 30 and 30 s (about 90 s in all), then go back to Place (the Catch below), which plans afresh.
-        # Never a failure of the job. No JitterStrategy yet: moto draws it from the process's global
-        # `random`, so a chaos seed that throttles a launch would no longer replay the same way.
+        # 30 and 30 s (90 s in all: spotrelay.config.LAUNCH_THROTTLED_RETRY_*), then go back to Place (the Catch
+        # below), which waits before it plans again, longer each round up to 10 minutes, and fails the job
+        # NoCapacity once its patience is spent (spotrelay.control.lifecycle.THROTTLED_WAIT_*): at most 7
+        # RunInstances calls a round, 37 an hour, however long the throttling lasts. No JitterStrategy yet:
+        # moto draws it from the process's global `random`, so a chaos seed that throttles a launch would no
+        # longer replay the same way.
         run_task.add_retry(
             errors=[ERROR_LAUNCH_THROTTLED],
-            interval=Duration.seconds(2),
-            backoff_rate=2,
-            max_attempts=6,
-            max_delay=Duration.seconds(30),
+            interval=Duration.seconds(LAUNCH_THROTTLED_RETRY_FIRST_SECONDS),
+            backoff_rate=LAUNCH_THROTTLED_RETRY_BACKOFF,
+            max_attempts=LAUNCH_THROTTLED_RETRY_ATTEMPTS,
+            max_delay=Duration.seconds(LAUNCH_THROTTLED_RETRY_MAX_SECONDS),
         )
 
         # Recover: after an interruption, a lost instance or a failed run.

@@ -145,12 +145,14 @@ class SchedulerStack(Stack):
             dispatcher=functions["dispatcher"],
             reconcile=functions["reconcile"],
             depth_alarm=self.job_queue.depth_alarm,
+            dead_letter_key=self.functions.dead_letter_key,
         )
         Dashboard(
             self,
             "Dashboard",
             queue=self.job_queue.queue,
             dead_letter_queue=self.job_queue.dead_letter_queue,
+            event_dead_letter_queue=self.event_rules.dead_letter_queue,
             state_machine=self.lifecycle.state_machine,
             interruption_rule=self.event_rules.rules_by_detail_type[SPOT_INTERRUPTION],
             rebalance_rule=self.event_rules.rules_by_detail_type[REBALANCE_RECOMMENDATION],

@@ -7,6 +7,11 @@ does a replay's `operator:` step (spotrelay.local.replay), on moto.
   DLQ once the function handled it. A message the function fails again stays (visible again after its
   visibility timeout) and is counted: run the command again. The handlers are idempotent, so a message
   handled twice (the command interrupted between the invoke and the delete) does no harm.
+- `redrive_event_targets`: the events EventBridge itself could not deliver to a rule's target (throttled,
+  a permission or a deleted function: the target DLQ, `EVENT_TARGET_DLQ_OUTPUT`). Each message says its
+  target in its `TARGET_ARN` attribute: one of the stack's functions named in `REDRIVABLE_TARGETS` is invoked
+  with the event, as above; a schedule's tick for any other is deleted (the next tick does its work); a
+  message for a target that is none of these stays, counted as failed.
 - `replay_archive`: EventBridge's StartReplay of the stack's archive (the EC2 events) over a window, to
   the bus it archives; every rule matching an event delivers it again, as it did the first time.
 
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -30,6 +35,9 @@ if TYPE_CHECKING:
 # Functions EventBridge invokes asynchronously whose events the schedule would not make up for: each has
 # its own DLQ (a dead-lettered message does not say which function it was for)
 DEAD_LETTERED_FUNCTIONS = ("ec2_events",)
+# Rule targets whose undelivered events are delivered again from the target DLQ (their names are outputs)
+REDRIVABLE_TARGETS = ("ec2_events", "dispatcher")
+SCHEDULED_EVENT = "Scheduled Event"  # a schedule rule's tick: the next one makes up for it
 ARCHIVE_NAME_OUTPUT = "EventArchiveName"
 ARCHIVE_ARN_OUTPUT = "EventArchiveArn"
 
@@ -103,6 +111,58 @@ def redrive(sqs: SQSClient, lambda_: LambdaClient, *, queue_url: str, function_n
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
             report.handled += 1
     return report
+
+
+def redrive_event_targets(
+    sqs: SQSClient, lambda_: LambdaClient, *, queue_url: str, functions: Collection[str]
+) -> Redrive:
+    """Deliver again each event of the target DLQ `queue_url` whose target (`TARGET_ARN`) is one of
+    `functions` (their names), deleting each one the function handled; a schedule's tick for another
+    target is deleted; anything else stays (see the module docstring)."""
+    report = Redrive(function="event targets", queue_url=queue_url)
+    while report.found < MAX_REDRIVE_MESSAGES:
+        answer = sqs.receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=REDRIVE_VISIBILITY_SECONDS,
+            WaitTimeSeconds=0,
+            MessageAttributeNames=["All"],
+        )
+        messages = answer.get("Messages", [])
+        if not messages:
+            break
+        for message in messages:
+            report.found += 1
+            body = message.get("Body", "")
+            target = message.get("MessageAttributes", {}).get("TARGET_ARN", {}).get("StringValue", "")
+            name = target.rpartition(":function:")[2].split(":")[0] if ":function:" in target else ""
+            if name in functions:
+                response = lambda_.invoke(FunctionName=name, InvocationType="RequestResponse", Payload=body)
+                if "FunctionError" in response:
+                    report.failed += 1
+                    if len(report.errors) < 5:
+                        report.errors.append(response["Payload"].read().decode("utf-8", "replace")[:300])
+                    continue
+            elif not _is_scheduled_tick(body):
+                report.failed += 1
+                if len(report.errors) < 5:
+                    report.errors.append(
+                        f"an event for {target[:200] or 'no named target'}: not redriven, left in the DLQ"
+                    )
+                continue
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+            report.handled += 1
+    return report
+
+
+def _is_scheduled_tick(body: str) -> bool:
+    try:
+        event = json.loads(body)
+    except ValueError:
+        return False
+    return (
+        isinstance(event, dict) and event.get("detail-type") == SCHEDULED_EVENT and event.get("source") == "aws.events"
+    )
 
 
 def queue_depth(sqs: SQSClient, queue_url: str) -> int:

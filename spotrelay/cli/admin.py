@@ -150,8 +150,9 @@ def redrive_command(
     endpoint_url: EndpointOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Invoke each function with the events Lambda dead-lettered after its retries, deleting each one it
-    handled (after the control plane was down: the README's runbook).
+    """Invoke each function with the events Lambda dead-lettered after its retries, and with those
+    EventBridge could not deliver to it, deleting each one it handled (after the control plane was down:
+    the README's runbook).
 
     \b
     Safe to run again: the handlers are idempotent, and an event the
@@ -161,6 +162,7 @@ def redrive_command(
 
     from spotrelay.aws import recovery
     from spotrelay.aws.stack import StackError
+    from spotrelay.config import EVENT_TARGET_DLQ_OUTPUT
 
     def run(client: JobsClient) -> list[recovery.Redrive]:
         done = []
@@ -171,6 +173,15 @@ def redrive_command(
                 done.append(recovery.redrive(client.sqs, client.lambda_, queue_url=queue_url, function_name=name))
             except (ClientError, BotoCoreError) as e:
                 raise StackError(f"cannot redrive the DLQ of {name} in stack {client.stack.name}: {e}") from None
+        targets_dlq = client.stack.outputs.get(EVENT_TARGET_DLQ_OUTPUT)
+        if targets_dlq is not None:  # a stack deployed before it had one has none
+            names = {client.stack.output(recovery.function_name_output(f)) for f in recovery.REDRIVABLE_TARGETS}
+            try:
+                done.append(
+                    recovery.redrive_event_targets(client.sqs, client.lambda_, queue_url=targets_dlq, functions=names)
+                )
+            except (ClientError, BotoCoreError) as e:
+                raise StackError(f"cannot redrive the event target DLQ of stack {client.stack.name}: {e}") from None
         return done
 
     done = on_stack(stack, region, endpoint_url, run)

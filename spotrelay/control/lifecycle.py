@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +19,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.catalog import INSTANCE_TYPES, family_of
-from spotrelay.config import ERROR_CANCELLED, ERROR_JOB_FAILED
+from spotrelay.config import (
+    ERROR_CANCELLED,
+    ERROR_JOB_FAILED,
+    LAUNCH_THROTTLED_RETRY_ATTEMPTS,
+    LAUNCH_THROTTLED_RETRY_BACKOFF,
+    LAUNCH_THROTTLED_RETRY_FIRST_SECONDS,
+    LAUNCH_THROTTLED_RETRY_MAX_SECONDS,
+)
 from spotrelay.control.dispatcher import printable
 from spotrelay.control.jobs import update_attempt, update_job
 from spotrelay.control.ports import (
@@ -71,14 +79,57 @@ MIN_WAIT_SECONDS = 1
 # replayed with either value).
 REFUSED_POOL_BLOCK_MINUTES = 3
 WAIT_MAX_SECONDS = REFUSED_POOL_BLOCK_MINUTES * 60
+# A launch EC2 throttled past the Run task's own retries (LaunchThrottled: the first call and 6 retries over
+# 90 s, stacks/lifecycle_construct.py) comes back to Place, which waits before it plans again, as it does when
+# no pool is feasible (WaitForCapacity): as long as the job has waited already (Launch notes the first throttled
+# launch as the start of its wait, `waiting_since`), at least THROTTLED_WAIT_MIN_SECONDS and at most
+# THROTTLED_WAIT_MAX_SECONDS. Each round about doubles the job's wait, as a backoff does, with no counter to
+# keep; the job's patience (`limits.max_wait_hours`) then fails it NoCapacity, as a capacity outage does. So
+# under throttling that never ends a job makes at most 7 RunInstances calls a round, its rounds starting at 0,
+# 3, 9, 20.5 minutes and then every 11.5 minutes (90 s of retries and the wait): at most 49 calls in its first
+# hour and 37 an hour after (`THROTTLED_LAUNCHES_PER_HOUR`), and once one round more, when a wait is cut
+# short to end with the job's patience (the Place at its end plans once more, and the round it launches fails
+# the job within 90 s of its patience rather than up to 11.5 minutes after). No pool is blocked, and waking
+# sooner would not help: EC2 meters the calls per account and Region, both markets alike.
+THROTTLED_WAIT_MIN_SECONDS = 60
+THROTTLED_WAIT_MAX_SECONDS = 600
+
+
+def launch_throttled_retry_waits() -> list[int]:
+    """The waits before each of the Run task's retries of LaunchThrottled (spotrelay.config's
+    LAUNCH_THROTTLED_RETRY_*), in seconds, as Step Functions computes them (no jitter)."""
+    first, rate, cap = (
+        LAUNCH_THROTTLED_RETRY_FIRST_SECONDS,
+        LAUNCH_THROTTLED_RETRY_BACKOFF,
+        LAUNCH_THROTTLED_RETRY_MAX_SECONDS,
+    )
+    return [min(first * rate**n, cap) for n in range(LAUNCH_THROTTLED_RETRY_ATTEMPTS)]
+
+
+LAUNCH_CALLS_PER_THROTTLED_ROUND = 1 + LAUNCH_THROTTLED_RETRY_ATTEMPTS  # the Run task's first call and its retries
+THROTTLED_ROUND_RETRY_SECONDS = sum(launch_throttled_retry_waits())  # 90
+THROTTLED_LAUNCHES_PER_HOUR = math.ceil(
+    LAUNCH_CALLS_PER_THROTTLED_ROUND * 3600 / (THROTTLED_ROUND_RETRY_SECONDS + THROTTLED_WAIT_MAX_SECONDS)
+)
+
 # After an interruption warning, Recover waits for the attempt's final checkpoint this long at most:
 # the notice gives two minutes, the agent commits within them, plus slack for the upload's tail.
 FINAL_CHECKPOINT_WAIT_SECONDS = 150
 FINAL_CHECKPOINT_POLL_SECONDS = 15
 # A failed job's `failure_reason` (`spotrelay status`, the replay's timeline): one line, the error's name and
-# message, never a stack trace; a Cause longer than Step Functions takes is not parsed for a message.
+# message, never a stack trace.
 MAX_FAILURE_REASON_CHARS = 500
+# What of a Step Functions error's Cause is parsed as JSON (Recover's exit code, a Lambda error's message).
+# A worker fails its own task with any Cause it likes, and Step Functions takes up to 32,768 characters: a
+# longer one, or one nested deeper than any Cause we write (the agent's and Lambda's are 1 and 2 deep), is
+# opaque, never parsed (json.loads recurses once per level: 16,000 brackets raise RecursionError).
 MAX_CAUSE_CHARS_PARSED = 32_768
+MAX_CAUSE_DEPTH = 32
+# An exit code read from a Cause: a process's (0-255, or minus a signal's number) fits in 32 bits; anything
+# else is no exit code (and would not fit on the failure reason's line).
+MAX_EXIT_CODE = 2**31 - 1
+# Step Functions' bound on an error's name (SendTaskFailure's `error`)
+MAX_ERROR_NAME_CHARS = 256
 
 
 class JobCancelled(Exception):  # the class name is the error name the state machine catches
@@ -166,9 +217,14 @@ def place_step(
     def change(fresh: Job) -> StepResult:
         if fresh.cancel_requested or fresh.state.is_terminal:
             return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
+        throttled = launch_throttled(fresh)
         fresh.state = ensure_transition(fresh.state, JobState.PLACING)
         fresh.work_done_hours = max(fresh.work_done_hours, work_done)
         fresh.updated_at = now
+        if throttled:
+            # back from a launch EC2 throttled past the Run task's retries: wait before planning again
+            # (THROTTLED_WAIT_*), however many pools rank, or give up once the job's patience is spent
+            return _wait_after_throttling(fresh, decision, now)
         if ranked:
             plan = [
                 PlannedPool(pool=r.pool, hourly_price=r.hourly_price, relative_speed=r.relative_speed) for r in ranked
@@ -187,14 +243,7 @@ def place_step(
         waiting_since = fresh.waiting_since or now
         waited_hours = (now - waiting_since).total_seconds() / 3600
         if waited_hours >= patience_hours(fresh.spec.limits.max_wait_hours, decision):
-            return StepResult(
-                action="fail",
-                error="NoCapacity",
-                cause=(
-                    f"nothing launched for {waited_hours:.1f} h (limits.max_wait_hours "
-                    f"{fresh.spec.limits.max_wait_hours:g}); last: {' | '.join(decision.explain(alternatives=0))}"
-                ),
-            )
+            return _no_capacity(fresh, waited_hours, " | ".join(decision.explain(alternatives=0)))
         wait = place_wait_seconds(fresh.place_waits, decision.market)
         fresh.place_waits += 1
         fresh.waiting_since = waiting_since
@@ -204,6 +253,51 @@ def place_step(
 
     _, result = update_job(store, job_id, change)
     return result
+
+
+def _no_capacity(job: Job, waited_hours: float, last: str) -> StepResult:
+    """The job's patience is spent with nothing launched: Place gives up (the state machine finalizes)."""
+    return StepResult(
+        action="fail",
+        error="NoCapacity",
+        cause=(
+            f"nothing launched for {waited_hours:.1f} h (limits.max_wait_hours "
+            f"{job.spec.limits.max_wait_hours:g}); last: {last}"
+        ),
+    )
+
+
+def launch_throttled(job: Job) -> bool:
+    """Whether the job is back at Place from a Run task whose launch EC2 throttled past its retries. Launch
+    notes a throttled launch as why the job waits (`waiting_reason`, on the LAUNCHING job: `_note_throttled`);
+    every other way to LAUNCHING clears it (Place's plans, a launch, every ranked pool refusing), and nothing
+    else writes it on a job past QUEUED."""
+    return job.state is JobState.LAUNCHING and job.waiting_reason is not None
+
+
+def _wait_after_throttling(job: Job, decision: Placement, now: datetime) -> StepResult:
+    """Place after a throttled launch (`launch_throttled`): the job WAITs `throttled_wait_seconds`, or fails
+    NoCapacity once it has waited its patience (`patience_hours`: as a capacity outage's job does)."""
+    assert job.waiting_reason is not None
+    waiting_since = job.waiting_since or now
+    waited = (now - waiting_since).total_seconds()
+    patience = patience_hours(job.spec.limits.max_wait_hours, decision) * 3600
+    if waited >= patience:
+        return _no_capacity(job, waited / 3600, job.waiting_reason)
+    job.waiting_since = waiting_since
+    job.place_waits += 1
+    job.state = ensure_transition(job.state, JobState.WAITING)
+    wait = throttled_wait_seconds(waited, patience - waited)
+    return StepResult(action="wait", wait_seconds=wait, cause=job.waiting_reason)
+
+
+def throttled_wait_seconds(waited_seconds: float, patience_left_seconds: float) -> int:
+    """How long a job whose launch EC2 throttled waits before Place plans again, when it has waited
+    `waited_seconds` (since its first throttled launch, or earlier) and has `patience_left_seconds` of patience:
+    as long again, within THROTTLED_WAIT_MIN_SECONDS and THROTTLED_WAIT_MAX_SECONDS, and no later than its
+    patience runs out (so that it fails on time: see THROTTLED_WAIT_MIN_SECONDS)."""
+    backoff = min(THROTTLED_WAIT_MAX_SECONDS, max(THROTTLED_WAIT_MIN_SECONDS, math.ceil(waited_seconds)))
+    return max(MIN_WAIT_SECONDS, min(backoff, math.ceil(patience_left_seconds)))
 
 
 def _plan_standby(store: JobStore, job_id: str, standby: Attempt, work_done: float, now: datetime) -> StepResult:
@@ -216,6 +310,7 @@ def _plan_standby(store: JobStore, job_id: str, standby: Attempt, work_done: flo
         fresh.work_done_hours = max(fresh.work_done_hours, work_done)
         fresh.placement = (planned,)
         fresh.place_waits = 0
+        fresh.waiting_reason = None
         fresh.state = ensure_transition(fresh.state, JobState.LAUNCHING)
         fresh.updated_at = now
         return StepResult(action="launch", cause=f"onto the standby {standby.instance_id} in {standby.pool}")
@@ -387,7 +482,12 @@ def launch_step(
         pool = planned.pool
         if context.subnets.get(pool.availability_zone) is None or pool in blocked:
             continue
-        instance_id = launch_in_pool(job, number, planned, store=store, compute=compute, now=now, context=context)
+        try:
+            instance_id = launch_in_pool(job, number, planned, store=store, compute=compute, now=now, context=context)
+        except LaunchThrottled as throttled:
+            # the Run task retries it; past its retries Place waits (`launch_throttled`) and counts the patience
+            update_job(store, job_id, _note_throttled(throttled, now))
+            raise
         if isinstance(instance_id, LaunchRefused):
             refusals.append(f"{pool}: {instance_id.code}")
             if pool == job.preferred_pool:
@@ -415,11 +515,46 @@ def launch_step(
             # the same instance), and let Place plan the standby, which Launch then adopts.
             if store.get_attempt(job_id, number).instance_id != instance_id:
                 compute.terminate([instance_id])
+            _forget_throttling(store, job, now)
             raise InsufficientInstanceCapacity(f"attempt {number} was recorded concurrently: placing again") from None
         store.put_instance_ref(InstanceRef(instance_id=instance_id, job_id=job_id, attempt=number))
         return _handed_over(store, compute, clock, attempt, pointer, now)
     tried = "; ".join(refusals) or "no ranked pool is usable now (blocked, or no subnet in its zone)"
+    _forget_throttling(store, job, now)
     raise InsufficientInstanceCapacity(f"every ranked pool refused: {tried}")
+
+
+def _note_throttled(throttled: LaunchThrottled, now: datetime) -> Callable[[Job], None]:
+    """A change for `update_job`: the LAUNCHING job waits because EC2 throttled its launch (`launch_throttled`),
+    since now unless it waited already. Written once a round: the retries find it noted."""
+    reason = printable(
+        f"EC2 throttled RunInstances ({throttled}): throttling is per account and Region, no pool is blocked",
+        MAX_FAILURE_REASON_CHARS // 2,
+    )
+
+    def change(job: Job) -> None:
+        if job.state is not JobState.LAUNCHING or job.cancel_requested:
+            return
+        if job.waiting_since is None or job.waiting_reason != reason:
+            job.waiting_since = job.waiting_since or now
+            job.waiting_reason = reason
+            job.updated_at = now
+
+    return change
+
+
+def _forget_throttling(store: JobStore, job: Job, now: datetime) -> None:
+    """Every ranked pool refused after an earlier try of this Run task was throttled: the job goes back to
+    Place as a refused one (its throttling note cleared; its wait, `waiting_since`, goes on)."""
+    if job.waiting_reason is None:
+        return
+
+    def change(fresh: Job) -> None:
+        if fresh.state is JobState.LAUNCHING and fresh.waiting_reason is not None:
+            fresh.waiting_reason = None
+            fresh.updated_at = now
+
+    update_job(store, job.job_id, change)
 
 
 def _handed_over(
@@ -551,6 +686,7 @@ def _count_attempt(number: int, now: datetime, *, running: bool = False) -> Call
             job.attempts = number
             job.preferred_pool = None
             job.waiting_since = None  # launched: the job no longer waits
+            job.waiting_reason = None  # (a throttled try's note, `_note_throttled`)
             job.updated_at = now
         if running and job.attempts == number and job.state is JobState.LAUNCHING:
             job.state = ensure_transition(job.state, JobState.RUNNING)
@@ -587,15 +723,57 @@ def end_kind(error_name: str) -> EndKind:
     return _ERROR_KINDS.get(error_name, EndKind.INSTANCE_LOST)
 
 
-def _cause(error: Mapping[str, Any]) -> dict[str, Any]:
-    raw = error.get("Cause")
-    if not isinstance(raw, str):
-        return {}
+def parsed_cause(cause: str) -> dict[str, Any] | None:
+    """The JSON object a Step Functions error's Cause holds; None if it holds none, or is not parsed: over
+    MAX_CAUSE_CHARS_PARSED characters, nested deeper than MAX_CAUSE_DEPTH, or beyond what json takes (an
+    integer of more than 4,300 digits). Bounded before it is parsed: see MAX_CAUSE_CHARS_PARSED."""
+    if not cause.startswith("{") or len(cause) > MAX_CAUSE_CHARS_PARSED or not _nested_within(cause, MAX_CAUSE_DEPTH):
+        return None
     try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError:
-        return {"message": raw}
-    return parsed if isinstance(parsed, dict) else {"message": raw}
+        parsed = json.loads(cause)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError, as is the integer-digits limit
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+# A JSON string (escapes included; unterminated: to the end) or one bracket: what `_nested_within` counts
+_JSON_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
+
+
+def _nested_within(text: str, depth: int) -> bool:
+    """Whether no bracket of `text` (outside its strings) opens more than `depth` levels deep: one scan, no
+    recursion, before json.loads would recurse."""
+    level = 0
+    for match in _JSON_STRING_OR_BRACKET.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            level += 1
+            if level > depth:
+                return False
+        elif token in ("]", "}"):
+            level -= 1
+    return True
+
+
+def _cause(error: Mapping[str, Any]) -> dict[str, Any]:
+    """What Recover reads of the error's Cause (the agent's `{"exit_code": n, "log_tail": ...}`): its JSON
+    object, or nothing when the Cause is not one, or too big or deep to parse (opaque: Recover still closes
+    the attempt and decides, without an exit code)."""
+    raw = error.get("Cause")
+    return (parsed_cause(raw) if isinstance(raw, str) else None) or {}
+
+
+def _exit_code(cause: Mapping[str, Any]) -> int | None:
+    """The Cause's exit code: an integer a process could exit with (not a boolean, not 4,000 digits)."""
+    code = cause.get("exit_code")
+    if isinstance(code, bool) or not isinstance(code, int) or abs(code) > MAX_EXIT_CODE:
+        return None
+    return code
+
+
+def _one_line(text: str) -> str:
+    """`text` as one printable line of at most MAX_FAILURE_REASON_CHARS (whitespace runs become one space)."""
+    return printable(" ".join(text.split()), MAX_FAILURE_REASON_CHARS)
 
 
 def recover_step(
@@ -611,7 +789,14 @@ def recover_step(
     attempts = store.attempts(job_id)
     current = next((a for a in attempts if a.attempt == job.attempts), None)
     if current is None:
-        return StepResult(action="fail", error=str(error.get("Error", "Unknown")), cause=str(error.get("Cause", "")))
+        # no attempt to close: the job fails with the error as it came, its Cause one bounded line
+        name, raw = error.get("Error"), error.get("Cause")
+        message = _lambda_error_message(raw) if isinstance(raw, str) else None
+        return StepResult(
+            action="fail",
+            error=printable(str(name or "Unknown"), MAX_ERROR_NAME_CHARS),
+            cause=_one_line(message if message is not None else str(raw or "")),
+        )
     if job.last_recovered_attempt >= current.attempt and job.last_recovery is not None:
         return StepResult.model_validate(job.last_recovery)  # a retried invocation: same answer
     pointer = store.get_checkpoint(job_id)
@@ -635,14 +820,7 @@ def recover_step(
         interrupted = kind.is_interruption and closed.interrupted_at is None  # ec2_events counted warnings
         store.record_pool_usage(closed.pool, closed.runtime_hours(now), int(interrupted))
     ended = [closed if a.attempt == current.attempt else a for a in attempts]
-    exit_code = cause.get("exit_code")
-    event = AttemptEnded(
-        kind=kind,
-        pool=current.pool,
-        at=now,
-        attempt=current.attempt,
-        exit_code=exit_code if isinstance(exit_code, int) else None,
-    )
+    event = AttemptEnded(kind=kind, pool=current.pool, at=now, attempt=current.attempt, exit_code=_exit_code(cause))
 
     def change(fresh: Job) -> StepResult:
         if fresh.last_recovered_attempt >= current.attempt and fresh.last_recovery is not None:
@@ -650,7 +828,7 @@ def recover_step(
         account(fresh, ended, pointer, now)
         action = decide_recovery(fresh, ended, event)
         if isinstance(action, Fail):
-            result = StepResult(action="fail", error=action.error, cause=action.reason)
+            result = StepResult(action="fail", error=action.error, cause=_one_line(action.reason))
             fresh.interruptions += int(kind.is_interruption)  # the one that ended it happened too
         else:
             fresh.interruptions += int(action.counts_interruption)
@@ -658,7 +836,7 @@ def recover_step(
             fresh.preferred_pool = action.prefer
             if fresh.state in {JobState.LAUNCHING, JobState.RUNNING}:
                 fresh.state = ensure_transition(fresh.state, JobState.RECOVERING)
-            result = StepResult(action="relaunch", cause=action.reason)
+            result = StepResult(action="relaunch", cause=_one_line(action.reason))
             for block in action.block:
                 store.block_pool(block)
         fresh.last_recovered_attempt = current.attempt
@@ -824,15 +1002,10 @@ def failure_reason(error: Mapping[str, Any]) -> str:
 
 
 def _lambda_error_message(cause: str) -> str | None:
-    """The `errorMessage` of a Lambda error envelope, None if `cause` is not one. Bounded before it is
-    parsed: a worker fails its own task with any Cause it likes (Step Functions takes up to 32,768 characters)."""
-    if not cause.startswith("{") or len(cause) > MAX_CAUSE_CHARS_PARSED:
-        return None
-    try:
-        parsed = json.loads(cause)
-    except (ValueError, RecursionError):
-        return None
-    message = parsed.get("errorMessage") if isinstance(parsed, dict) and "errorType" in parsed else None
+    """The `errorMessage` of a Lambda error envelope, None if `cause` is not one (or is not parsed:
+    `parsed_cause`)."""
+    parsed = parsed_cause(cause)
+    message = parsed.get("errorMessage") if parsed is not None and "errorType" in parsed else None
     return message if isinstance(message, str) else None
 
 

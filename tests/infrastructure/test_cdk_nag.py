@@ -76,4 +76,10 @@ def test_every_acknowledgment_is_on_a_resource_and_explained(synthesized: Synthe
 
 def test_the_only_acknowledged_rules_are_the_expected_kinds(synthesized: Synthesized) -> None:
     kinds = {rule.split("[")[0] for _, rule, _ in _acknowledgments(synthesized.stack)}
-    assert kinds == {"AwsSolutions-IAM4", "AwsSolutions-IAM5", "AwsSolutions-L1", "AwsSolutions-S1"}
+    assert kinds == {
+        "AwsSolutions-IAM4",
+        "AwsSolutions-IAM5",
+        "AwsSolutions-L1",
+        "AwsSolutions-S1",
+        "AwsSolutions-SQS3",
+    }

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from infrastructure.synth import Synthesized, state_machine_definition
+from spotrelay.control import lifecycle
 from stacks import lifecycle_construct as lc
 
 SERVICE_ERRORS = [
@@ -275,3 +276,22 @@ def test_a_task_waits_out_a_control_plane_outage_of_more_than_30_minutes(states:
         assert sum(waits) >= 45 * 60, name
         assert max(waits) <= 60, name
     assert lc.SERVICE_RETRY_COVERS_SECONDS == sum(lc.service_retry_waits()) == 63 + 54 * 60
+
+
+def test_the_cores_pacing_of_throttled_launches_is_the_run_tasks_retry_of_them(
+    states: dict[str, dict[str, Any]],
+) -> None:
+    # Given the Run task's Retry of LaunchThrottled, and its Catch back to Place
+    [retry] = [r for r in states[lc.RUN]["Retry"] if r["ErrorEquals"] == ["LaunchThrottled"]]
+    waits = [
+        min(retry["IntervalSeconds"] * retry["BackoffRate"] ** n, retry["MaxDelaySeconds"])
+        for n in range(retry["MaxAttempts"])
+    ]
+    # Then the core's bound on RunInstances calls under throttling counts the same calls and waits (a round: the
+    # first call and each retry, 90 s), and Place, which the Catch goes back to, can wait (WaitForCapacity)
+    assert waits == lifecycle.launch_throttled_retry_waits() == [2, 4, 8, 16, 30, 30]
+    assert 1 + retry["MaxAttempts"] == lifecycle.LAUNCH_CALLS_PER_THROTTLED_ROUND == 7
+    assert lifecycle.THROTTLED_LAUNCHES_PER_HOUR == 37  # 7 a round, a round every 90 s + 10 min at most
+    [catch] = [c for c in states[lc.RUN]["Catch"] if "LaunchThrottled" in c["ErrorEquals"]]
+    assert catch["Next"] == lc.PLACE
+    assert _choices(states[lc.PLACE_CHOICE], "$.place.action")["wait"] == lc.WAIT_FOR_CAPACITY

@@ -42,7 +42,7 @@ def test_job_queue_and_dlq_are_kms_encrypted_with_a_rotated_key_and_redrive_afte
     )
     # And both refuse requests without TLS
     queue_policies = synthesized.of_type("AWS::SQS::QueuePolicy").values()
-    assert len(queue_policies) == 3  # the job queue, its DLQ, ec2_events' DLQ
+    assert len(queue_policies) == 4  # the job queue, its DLQ, ec2_events' DLQ, the rule targets' DLQ
     assert all(_denies_insecure_transport(p["Properties"]["PolicyDocument"]) for p in queue_policies)
 
 

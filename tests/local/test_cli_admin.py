@@ -4,6 +4,7 @@ alone, as an operator runs them after a job record was set aside as unreadable a
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from typer.testing import CliRunner
@@ -106,11 +107,55 @@ def test_an_operator_redrives_the_events_lambda_dead_lettered_during_an_outage(
 
     # Then both were handled and deleted: the DLQ is empty, and a second run finds nothing
     assert answer.exit_code == 0, answer.output
-    [done] = json.loads(answer.stdout)
+    done, targets = json.loads(answer.stdout)
+    assert (targets["function"], targets["found"]) == ("event targets", 0)
     assert "Ec2Events" in done["function"]  # the deployed function's name
     assert (done["found"], done["handled"], done["failed"], done["complete"]) == (2, 2, 0, True)
     depth = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
     assert depth["ApproximateNumberOfMessages"] == "0"
     again = run(clock, "admin", "redrive")
     assert again.exit_code == 0
-    assert again.stdout.endswith(": 0 of 0 dead-lettered events handled\n")
+    assert again.stdout.endswith("event targets: 0 of 0 dead-lettered events handled\n")
+
+
+def test_an_operator_redrives_the_events_eventbridge_could_not_deliver(
+    runtime: LocalRuntime, clock: VirtualClock
+) -> None:
+    from spotrelay.aws import recovery
+    from spotrelay.config import EVENT_TARGET_DLQ_OUTPUT
+
+    assert runtime.stack is not None
+    outputs = runtime.stack.outputs
+    dlq = outputs[EVENT_TARGET_DLQ_OUTPUT]
+    ec2_events = outputs[recovery.function_name_output("ec2_events")]
+    sqs = runtime.client("sqs")
+    arn = f"arn:aws:lambda:{runtime.stack.region}:{runtime.stack.account_id}:function:"
+
+    def undelivered(body: dict[str, Any], target: str) -> None:
+        # as EventBridge dead-letters an event: the event as the body, the target in an attribute
+        attributes = {"TARGET_ARN": {"DataType": "String", "StringValue": target}}
+        sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(body), MessageAttributes=attributes)
+
+    # Given an EC2 event EventBridge could not deliver to ec2_events, a schedule tick for the reconciler,
+    # and an event for a function that is not the stack's
+    recorded = json.loads((REPO_ROOT / "events" / "recorded" / "instance-state-change-running.json").read_text())
+    recorded["detail"]["instance-id"] = "i-0123456789abcdef0"
+    undelivered(recorded, arn + ec2_events)
+    tick = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+    undelivered(tick, arn + "SpotRelay-Reconcile-XYZ")
+    undelivered(recorded, arn + "someone-elses-function")
+
+    # When the operator redrives
+    answer = run(clock, "admin", "redrive", "--json")
+
+    # Then the EC2 event was handled by ec2_events, the tick dropped, and the stranger's event stays:
+    # the command says so and exits 1
+    assert answer.exit_code == 1, answer.output
+    targets = json.loads(answer.stdout)[-1]
+    assert (targets["found"], targets["handled"], targets["failed"]) == (3, 2, 1)
+    assert "someone-elses-function" in targets["errors"][0]
+    handled = [i for i in runtime.lambdas.invocations if i.function_name == ec2_events]
+    assert [i.event["detail"]["instance-id"] for i in handled] == ["i-0123456789abcdef0"]
+    clock.advance_by(timedelta(seconds=recovery.REDRIVE_VISIBILITY_SECONDS + 1))
+    left = sqs.receive_message(QueueUrl=dlq, MaxNumberOfMessages=10, MessageAttributeNames=["All"])["Messages"]
+    assert [m["MessageAttributes"]["TARGET_ARN"]["StringValue"] for m in left] == [arn + "someone-elses-function"]

@@ -391,22 +391,33 @@ def test_a_throttled_launch_blocks_no_pool_and_the_job_launches_in_its_first_poo
     assert world.job().attempts == 1
 
 
-def test_a_launch_throttled_past_its_retries_goes_back_to_place_and_launches_there() -> None:
-    # Given a placed job whose launches EC2 throttled until the Run task's retries were spent
+def test_a_launch_throttled_past_its_retries_goes_back_to_place_which_waits_then_launches() -> None:
+    # Given a placed job whose launches EC2 throttled until the Run task's retries were spent (90 s)
     world = World()
     world.admitted()
     world.place()
+    throttled_at = world.clock.now()
     world.compute.fail_next["launch"] = LaunchThrottled("RequestLimitExceeded", "Request limit exceeded.")
     with pytest.raises(LaunchThrottled):
         world.launch(token="token-1")
     world.advance(seconds=90)
-    # When the state machine's Catch goes back to Place, and Launch runs again
+    # When the state machine's Catch goes back to Place
     placed = world.place()
+    # Then Place waits as long as the job has waited (no plan straight into another throttled launch), and
+    # the job WAITs since its throttled launch, saying why, with no pool blocked
+    assert (placed.action, placed.wait_seconds) == ("wait", 90)
+    job = world.job()
+    assert (job.state, job.waiting_since) == (JobState.WAITING, throttled_at)
+    assert job.waiting_reason is not None
+    assert job.waiting_reason.startswith("EC2 throttled RunInstances (RequestLimitExceeded: Request limit exceeded.)")
+    assert world.blocked() == {}
+    # And when the wait is over, Place plans afresh and Launch gets the cheapest pool: the job never failed
+    world.advance(seconds=placed.wait_seconds)
+    assert world.place().action == "launch"
     world.launch(token="token-2")
-    # Then the job is planned afresh and launched in the cheapest pool: it never failed
-    assert placed.action == "launch"
     assert world.attempt().pool == CHEAPEST
-    assert world.job().state is JobState.LAUNCHING
+    job = world.job()
+    assert (job.state, job.waiting_since, job.waiting_reason) == (JobState.LAUNCHING, None, None)
 
 
 def test_launch_retried_after_a_crash_before_the_instance_ref_was_recorded_records_it(events_dir: Path) -> None:
