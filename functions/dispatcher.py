@@ -12,6 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from spotrelay.aws.clock import SystemClock
+from spotrelay.aws.compute import Ec2Compute
 from spotrelay.aws.queue import SqsJobQueue
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.workflow import StepFunctionsWorkflow
@@ -28,6 +29,8 @@ clock = SystemClock()
 store = DynamoJobStore(settings.table_name, boto3.client("dynamodb"), quarantine=True)
 queue = SqsJobQueue(boto3.client("sqs"), settings.queue_url, settings.dlq_url)
 workflow = StepFunctionsWorkflow(boto3.client("stepfunctions"), settings.state_machine_arn)
+# read for the budget only: the spot price in effect now of each pool a running job is in
+compute = Ec2Compute(boto3.client("ec2"), region=boto3.session.Session().region_name or "")
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -47,6 +50,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             allowed_families=settings.allowed_families,
         ),
         heartbeat_seconds=settings.heartbeat_seconds,
+        compute=compute,
     )
     metrics.add_metric(name="JobsAccepted", unit=MetricUnit.Count, value=len(report.accepted))
     metrics.add_metric(name="JobsRejected", unit=MetricUnit.Count, value=len(report.rejected) + len(report.conflicts))

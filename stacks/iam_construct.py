@@ -202,6 +202,16 @@ class FunctionPermissions(Construct):
             ),
         )
 
+        # The dispatcher's budget counts a running spot job at its pool's price now: that one read, no other EC2
+        self._policy(
+            "SpotPriceRead",
+            ["dispatcher"],
+            _acknowledged(
+                iam.PolicyStatement(actions=["ec2:DescribeSpotPriceHistory"], resources=["*"]),
+                "DescribeSpotPriceHistory supports no resource-level permissions; read-only, one action.",
+            ),
+        )
+
         instances = _ec2_arn(stack, "instance/*")
         self._policy(
             "TerminateManagedInstances",

@@ -18,7 +18,16 @@ from rich import box
 from rich.table import Column, Table
 
 from spotrelay.cli.console import err, fail, out, tables
+from spotrelay.cli.costs import (
+    JobCost,
+    PriceHistories,
+    ec2_price_history,
+    job_cost,
+    read_price_histories,
+    spot_price_now,
+)
 from spotrelay.models import JobSpecError, JobState, Market, load_job_spec, parse_job_spec
+from spotrelay.models.billing import needs_prices
 from spotrelay.models.job_spec import JOB_SPEC_LIMITS, decode_document, document_text
 
 if TYPE_CHECKING:
@@ -77,6 +86,25 @@ def on_stack(stack: str, region: str | None, endpoint_url: str | None, use: Call
         return use(client)
     except StackError as e:
         fail(str(e), e.code)
+
+
+def prices_in_effect(
+    statuses: list[JobStatus], now: datetime, region: str | None, endpoint_url: str | None
+) -> PriceHistories:
+    """The spot price histories the jobs' unsettled attempts need, read from EC2 once per pool; a warning
+    on stderr if they could not be read (those attempts then count at their launch prices)."""
+    attempts = [a for s in statuses for a in s.attempts]
+    if not any(needs_prices(a) for a in attempts):
+        return PriceHistories()  # every bill settled, or on-demand: nothing to ask EC2
+    prices = read_price_histories(attempts, now, ec2_price_history(region, endpoint_url))
+    if prices.error is not None:
+        err.print(
+            f"warning: could not read the spot price history ({prices.error}); instances not yet billed in full "
+            "are counted at their launch prices",
+            markup=False,
+            soft_wrap=True,
+        )
+    return prices
 
 
 def read_stdin() -> str:
@@ -143,18 +171,23 @@ def status_command(
     endpoint_url: EndpointOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Where a job stands: its state, pool, progress, cost so far, and every attempt."""
+    """Where a job stands: its state, pool, progress, cost so far (a live instance's at the spot prices in
+    effect since its launch: an estimate until the instance is gone), and every attempt."""
     status = on_stack(stack, region, endpoint_url, lambda client: client.status(job_id))
     now = utc_now()
+    prices = prices_in_effect([status], now, region, endpoint_url)
     if as_json:
+        cost = job_cost(status, prices, now)
         answer = {
             "job": status.job.model_dump(mode="json"),
             "attempts": [a.model_dump(mode="json", exclude={"task_token"}) for a in status.attempts],
-            "running_cost_usd": status.running_cost(now),
+            "running_cost_usd": cost.live_usd,
+            "cost_usd": cost.total_usd,
+            "cost_is_estimate": cost.is_estimate,
         }
         sys.stdout.write(json.dumps(answer, indent=2) + "\n")
         return
-    for line in describe_status(status, now):
+    for line in describe_status(status, now, prices):
         out.print(line, markup=False, soft_wrap=True)
     if status.attempts:
         tables().print(attempts_table(status))
@@ -309,39 +342,63 @@ def cost_command(
     as_json: JsonOption = False,
 ) -> None:
     """What jobs cost, against the same instance hours on on-demand: per job and in all. Each instance is
-    billed at the spot price in effect until its end, once its end is reported (before that, and for live
-    instances up to now, at its launch price); on-demand prices are the catalog's (us-east-1)."""
+    billed at the spot price in effect until its end: a live one up to now, an estimate until it is gone
+    (marked *); on-demand prices are the catalog's (us-east-1)."""
     statuses = on_stack(stack, region, endpoint_url, lambda client: client.statuses(job_ids or []))
     now = utc_now()
-    rows = [(s.job, s.cost(now), s.on_demand_cost(now)) for s in statuses]
-    total, on_demand = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    prices = prices_in_effect(statuses, now, region, endpoint_url)
+    rows = [(s.job, job_cost(s, prices, now)) for s in statuses]
+    total, on_demand = sum(c.total_usd for _, c in rows), sum(c.on_demand_usd for _, c in rows)
+    estimated = any(c.is_estimate for _, c in rows)
     if as_json:
         answer = {
             "jobs": [
                 {
                     "job_id": job.job_id,
                     "state": job.state.value,
-                    "cost_usd": float(cost),
-                    "on_demand_cost_usd": float(od),
+                    "cost_usd": float(cost.total_usd),
+                    "on_demand_cost_usd": float(cost.on_demand_usd),
+                    "cost_is_estimate": cost.is_estimate,
                 }
-                for job, cost, od in rows
+                for job, cost in rows
             ],
             "total": {
                 "cost_usd": float(total),
                 "on_demand_cost_usd": float(on_demand),
                 "saved_usd": float(on_demand - total),
+                "cost_is_estimate": estimated,
             },
         }
         sys.stdout.write(json.dumps(answer, indent=2) + "\n")
         return
-    table = Table(Column("job", no_wrap=True), "state", "cost $", "on-demand $", "saved $", "saved", show_footer=True)
-    for job, cost, od in rows:
-        table.add_row(job.job_id, job.state.value, f"{cost:.2f}", f"{od:.2f}", f"{od - cost:.2f}", _share(cost, od))
+    table = Table(
+        Column("job", no_wrap=True),
+        "state",
+        "cost $",
+        "on-demand $",
+        "saved $",
+        "saved",
+        show_footer=True,
+    )
+    for job, cost in rows:
+        spent, od = cost.total_usd, cost.on_demand_usd
+        mark = "*" if cost.is_estimate else ""
+        table.add_row(
+            job.job_id, job.state.value, f"{spent:.2f}{mark}", f"{od:.2f}", f"{od - spent:.2f}", _share(spent, od)
+        )
     table.columns[0].footer = f"{len(rows)} job(s)"
     for column, figure in zip(table.columns[2:5], (total, on_demand, on_demand - total), strict=True):
         column.footer = f"{figure:.2f}"
     table.columns[5].footer = _share(total, on_demand)
     tables().print(table)
+    if estimated:
+        out.print(ESTIMATE_NOTE, markup=False, soft_wrap=True)
+
+
+ESTIMATE_NOTE = (
+    "* an estimate: a live instance, counted at the spot prices in effect from its launch to now; final once "
+    "the instance is gone"
+)
 
 
 def _share(cost: float, on_demand: float) -> str:
@@ -411,7 +468,10 @@ def progress(job: Job) -> str:
     return f"{job.work_done_hours:.2f} h"
 
 
-def describe_status(status: JobStatus, now: datetime) -> list[str]:
+def describe_status(status: JobStatus, now: datetime, prices: PriceHistories | None = None) -> list[str]:
+    """The status in words; costs at the spot prices in effect of `prices` (none given: at launch prices)."""
+    prices = prices or PriceHistories()
+    costs = job_cost(status, prices, now)
     job = status.job
     age = job.elapsed_hours(now)
     lines = [f"{job.job_id}  {job.state.value}  (submitted {job.submitted_at:%Y-%m-%d %H:%M} UTC, {age:.1f} h ago)"]
@@ -431,11 +491,13 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
         left = deadline - age
         work += f"; deadline in {left:.1f} h" if left >= 0 else f"; deadline passed {-left:.1f} h ago"
     lines.append(work)
-    running, total, on_demand = status.running_cost(now), status.cost(now), status.on_demand_cost(now)
+    running, total, on_demand = costs.live_usd, costs.total_usd, costs.on_demand_usd
     cost = f"  cost ${total:.2f}" + (f" (${running:.2f} of it on the live instance)" if running else "")
     if on_demand >= 0.005:
         cost += f", ${on_demand:.2f} on on-demand ({_share(total, on_demand)} saved)"
     lines.append(f"{cost}; {job.interruptions} interruption(s), {job.lost_work_hours:.2f} h of work lost")
+    if costs.is_estimate:
+        lines.append(f"  {_estimate_note(status, prices, now)}")
     if job.state is JobState.QUEUED and job.waiting_reason:
         lines.append(f"  {job.waiting_reason}")
     recovered = (job.last_recovery or {}).get("cause")
@@ -444,7 +506,7 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     if job.state is JobState.WAITING and job.waiting_since is not None:
         patience = job.spec.limits.max_wait_hours
         until = job.waiting_since + timedelta(hours=patience)
-        then = after_patience(status, now)
+        then = after_patience(status, now, costs)
         lines.append(
             f"  waiting since {job.waiting_since:%Y-%m-%d %H:%M} UTC: {job.waiting_reason or 'no pool found'}; at "
             f"{until:%Y-%m-%d %H:%M} UTC (limits.max_wait_hours {patience:g}) {then}"
@@ -454,11 +516,28 @@ def describe_status(status: JobStatus, now: datetime) -> list[str]:
     return lines
 
 
-def after_patience(status: JobStatus, now: datetime) -> str:
+def _estimate_note(status: JobStatus, prices: PriceHistories, now: datetime) -> str:
+    """What the live instance's figure counts, and that it is not its bill yet."""
+    live = status.live_attempt
+    if live is None or live.pool.market is Market.ON_DEMAND:
+        counted = "its hours so far"
+    elif prices.error is not None:
+        counted = "its hours so far at its launch price (the spot price history could not be read)"
+    else:
+        price_now = spot_price_now(live, prices, now)
+        counted = "the spot prices in effect from its launch to now" + (
+            f" (${price_now:.3f}/h now)" if price_now is not None else ""
+        )
+    return f"the live instance's cost is an estimate, {counted}: final once the instance is gone"
+
+
+def after_patience(status: JobStatus, now: datetime, costs: JobCost | None = None) -> str:
     """What Place does with the waiting job once its `max_wait_hours` are spent, by asking `place()` itself
     then (spotrelay.control.lifecycle.placement_now with `out_of_patience`), with no spot at all: the job's
-    work done, its budget left and the stack's GPU families (`status.allowed_families`; None: not known)."""
+    work done, its budget left (its cost so far: `costs`, else at launch prices) and the stack's GPU
+    families (`status.allowed_families`; None: not known)."""
     allowed_families = status.allowed_families
+    spent = costs.total_usd if costs is not None else status.cost(now)
     from spotrelay.control.lifecycle import catalog_on_demand_prices, launchable_types
     from spotrelay.policy import place
 
@@ -474,7 +553,7 @@ def after_patience(status: JobStatus, now: datetime) -> str:
         work_done_hours=job.work_done_hours,
         elapsed_hours=job.elapsed_hours(max(at, now)),
         on_demand_prices=catalog_on_demand_prices(types),
-        budget_left_usd=None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - status.cost(now)),
+        budget_left_usd=None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - spent),
         zones=zones,
         migrates=True,
         out_of_patience=True,

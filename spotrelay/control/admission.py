@@ -12,6 +12,12 @@ Spot vCPU quotas are per quota group, as AWS sets them: "All G and VT Spot Insta
 "All P... Spot Instance Requests" (Service Quotas, EC2). A family belongs to the group whose key is
 its longest prefix (`{"g": 64, "p": 96, "p5": 192}`: p5 -> "p5", p4d -> "p"); a family with no group
 has no quota here.
+
+An active job counts against the budget at the same estimate, or at what its live instances cost per hour
+now if that is more (`live_usd_per_hour`, given by the dispatcher: spot at the price in effect now, the
+latest quote of its pool; on-demand at its price): a job placed on a dearer type than the estimate's, moved
+to on-demand, running a standby beside its instance, or on a pool whose spot price rose past the estimate
+counts what it costs, so that a price rise holds the next job rather than overrun the budget.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.catalog import family_of
-from spotrelay.models import Job, JobSpec
+from spotrelay.models import Attempt, Job, JobSpec, Market
+from spotrelay.models.billing import SeriesKey, series_key
 
 
 class AdmissionLimits(BaseModel):
@@ -87,16 +94,36 @@ def admission_order(job: Job) -> tuple[int, datetime, str]:
     return (job.spec.priority.rank, job.submitted_at, job.job_id)
 
 
-def admit(queued: Sequence[Job], active: Sequence[Job], limits: AdmissionLimits) -> AdmissionPlan:
+def live_usd_per_hour(attempts: Sequence[Attempt], spot_prices_now: Mapping[SeriesKey, float]) -> float:
+    """What a job's live instances cost per hour now: each live attempt with an instance (the current one,
+    and a standby beside it) at the spot price in effect now in its pool (`spot_prices_now`: series key ->
+    the latest quote), or its launch price where none is known; on-demand at its price."""
+    total = 0.0
+    for attempt in attempts:
+        if not attempt.is_live or attempt.instance_id is None:
+            continue
+        spot = attempt.pool.market is Market.SPOT
+        total += spot_prices_now.get(series_key(attempt.pool), attempt.hourly_price) if spot else attempt.hourly_price
+    return total
+
+
+def admit(
+    queued: Sequence[Job],
+    active: Sequence[Job],
+    limits: AdmissionLimits,
+    live_spend: Mapping[str, float] | None = None,
+) -> AdmissionPlan:
+    """The plan: `queued` jobs admitted, held (and why) or impossible, with `active` jobs taking their room;
+    `live_spend` (job id -> `live_usd_per_hour`, where known) counts an active job at more than its
+    estimate when its instances cost more now."""
     used_vcpus: dict[str, int] = {}
     spend = 0.0
     running = len(active)
     for job in active:
         demand = demand_of(job.spec, limits)
-        if demand is None:
-            continue
-        spend += demand.usd_per_hour
-        if demand.quota_group is not None:
+        live = (live_spend or {}).get(job.job_id, 0.0)
+        spend += max(demand.usd_per_hour if demand is not None else 0.0, live)
+        if demand is not None and demand.quota_group is not None:
             used_vcpus[demand.quota_group] = used_vcpus.get(demand.quota_group, 0) + demand.vcpus
 
     admitted: list[Job] = []

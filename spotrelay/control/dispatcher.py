@@ -23,6 +23,11 @@ admissions (the function has a reserved concurrency of 1), and every step is ide
   run, and the others go on. The plan is not made again without it: the room it was given stays taken
   for this run (its execution may have started), so priority order, quotas and the budget hold. An error
   of the services themselves (throttling, an outage) stops the run, as before: every job would meet it.
+- given EC2 (`compute`), the budget counts each active job's live instances at the spot price in effect
+  now where that is more than its estimate (spotrelay.control.admission): its attempts are read, and the
+  spot prices of their pools are read once a run (one DescribeSpotPriceHistory for all of them, not one per
+  attempt). A job whose attempts do not read back counts at its estimate; prices that cannot be read
+  leave the live instances at their launch prices (logged): admission goes on either way.
 """
 
 from __future__ import annotations
@@ -30,24 +35,40 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from spotrelay.control.admission import AdmissionLimits, admit
+from spotrelay.control.admission import AdmissionLimits, admit, live_usd_per_hour
 from spotrelay.control.jobs import update_job
-from spotrelay.control.ports import Clock, ConflictError, JobQueue, JobStore, NotFoundError, QueueMessage, Workflow
-from spotrelay.models import Job, JobSpec, JobSpecError, JobState, ensure_transition, parse_job_spec
+from spotrelay.control.ports import (
+    Clock,
+    Compute,
+    ConflictError,
+    JobQueue,
+    JobStore,
+    NotFoundError,
+    QueueMessage,
+    UnreadableRecordError,
+    Workflow,
+)
+from spotrelay.models import Attempt, Job, JobSpec, JobSpecError, JobState, Market, ensure_transition, parse_job_spec
+from spotrelay.models.billing import SeriesKey, series_key
 from spotrelay.models.job_spec import JOB_SPEC_LIMITS, decode_json
 
 logger = logging.getLogger(__name__)
 
 MAX_MESSAGES_PER_RUN = 100
 INVALID_JOB = "InvalidJob"  # the failure reason's prefix of a message that is no valid job
-MAX_QUEUED_CONSIDERED = 500
+# Each run reads at most this many queued jobs, the head of the queue in admission order (the index is sorted
+# by it): a run's work is bounded by it and MAX_MESSAGES_PER_RUN, whatever the depth of the queue, and a job
+# further back is considered once those ahead of it move. Backfill (a job that fits behind one that does
+# not) looks this far. At 500, a 1,000-job load spent 43% of its time reading and parsing the queue's head
+# after every job's end (`make load`).
+MAX_QUEUED_CONSIDERED = 100
 # Bounds on what a message may hand us, checked before (or while) it is parsed:
 MAX_BODY_BYTES = 262_144  # SQS's default maximum message size (256 KiB); the stack sets no other
 # depth, nodes and digits as for a job spec file (spotrelay.models.job_spec), within SQS's size
@@ -278,6 +299,7 @@ def dispatch(
     clock: Clock,
     limits: AdmissionLimits,
     heartbeat_seconds: int,
+    compute: Compute | None = None,
 ) -> DispatchReport:
     accepted: list[str] = []
     rejected: list[str] = []
@@ -301,7 +323,9 @@ def dispatch(
         else:
             (accepted if became == "accepted" else rejected).append(job_id)
 
-    plan = admit(store.queued_jobs(MAX_QUEUED_CONSIDERED), store.active_jobs(), limits)
+    queued, active = store.queued_jobs(MAX_QUEUED_CONSIDERED), store.active_jobs()
+    live_spend = None if compute is None else _live_spend(active, store=store, compute=compute, clock=clock)
+    plan = admit(queued, active, limits, live_spend)
     admitted: list[str] = []
     admission_errors: dict[str, str] = {}
     for job in plan.admitted:
@@ -341,6 +365,36 @@ def dispatch(
         errors=errors,
         admission_errors=admission_errors,
     )
+
+
+def _live_spend(active: Sequence[Job], *, store: JobStore, compute: Compute, clock: Clock) -> dict[str, float]:
+    """Active job id -> what its live instances cost per hour now (`admission.live_usd_per_hour`): its spot
+    attempts at the latest quote of their pools, read in one call for every pool of this run."""
+    live: dict[str, list[Attempt]] = {}
+    for job in active:
+        try:
+            attempts = store.attempts(job.job_id)
+        except UnreadableRecordError as e:  # this job's trouble: it counts at its estimate, the others as they are
+            logger.warning(
+                "attempts unreadable: the job counts at its estimate", extra={"job_id": job.job_id, "error": str(e)}
+            )
+            continue
+        live[job.job_id] = [a for a in attempts if a.is_live and a.instance_id is not None]
+    pools = {series_key(a.pool) for attempts in live.values() for a in attempts if a.pool.market is Market.SPOT}
+    prices: dict[SeriesKey, float] = {}
+    if pools:
+        types, zones = sorted({t for t, _ in pools}), sorted({z for _, z in pools})
+        try:
+            quotes = compute.spot_prices(types, zones, clock.now())
+        except Exception as e:  # admission goes on: the live instances count at their launch prices
+            logger.warning(
+                "spot prices not read: live instances count at their launch prices",
+                extra={"error": printable(f"{type(e).__name__}: {e}", MAX_ERROR_CHARS)},
+                exc_info=True,
+            )
+            quotes = []
+        prices = {series_key(q.pool): q.usd_per_hour for q in quotes if series_key(q.pool) in pools}
+    return {job_id: live_usd_per_hour(attempts, prices) for job_id, attempts in live.items()}
 
 
 # One job's own trouble in admission: its record kept changing under the write (ConflictError after

@@ -11,7 +11,8 @@
 - A running job whose spend reached `limits.max_total_cost` has its Run task failed with
   BudgetExhausted (the state machine finalizes it as FAILED and terminates the instance). The spend is
   the prices in effect integrated (spotrelay.models.billing): the attempts' settled bills, and the spot
-  price history since the launch of each other one.
+  price history since the launch of each other one. Each pool's history is read at most once a run, over
+  the one window all the budgeted jobs' unsettled attempts there need (`billing.price_windows`).
 - A bill whose instance's state change was missed is settled here (`end_billing`): a live attempt's
   when its instance is found gone, an ended attempt's at its close once its instance is gone.
 - An admitted job whose execution has ended (or never started) without reaching a terminal state is
@@ -35,6 +36,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
@@ -70,8 +72,8 @@ from spotrelay.control.ports import (
     UnreadableRecordError,
     Workflow,
 )
-from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, ensure_transition
-from spotrelay.models.billing import needs_prices, spent_usd
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, PriceQuote, ensure_transition
+from spotrelay.models.billing import PriceWindow, SeriesKey, cost_so_far, price_windows
 from spotrelay.policy import MarketAction
 from spotrelay.policy.placement import spot_run_hours
 
@@ -165,6 +167,8 @@ def reconcile(
         for instance_id in orphans:
             listed.pop(instance_id, None)  # terminating now: asked again if anything still needs it
 
+    budgeted = (a for job in active if job.spec.limits.max_total_cost is not None for a in attempts_of[job.job_id])
+    prices = _PriceHistories(compute, price_windows(budgeted, now))
     lost: list[str] = []
     interrupted: list[str] = []
     over_budget: list[str] = []
@@ -199,7 +203,7 @@ def reconcile(
             if attempt.instance_id is None or attempt.task_token is None or attempt.interrupted_at is not None:
                 continue
             # every attempt so far: the live one, its standby, and standbys closed since the last total
-            spent = _spent(job, attempts, compute, now)
+            spent = _spent(job, attempts, prices, now)
             if _over_budget(job, spent):
                 cause = json.dumps({"spent_usd": round(spent, 4), "max_total_cost": job.spec.limits.max_total_cost})
                 workflow.fail_task(attempt.task_token, ERROR_BUDGET_EXHAUSTED, cause)
@@ -450,18 +454,39 @@ def _retotal(store: JobStore, job_id: str, now: datetime) -> None:
     update_job(store, job_id, lambda fresh: account(fresh, attempts, None, now))
 
 
-def _spent(job: Job, attempts: list[Attempt], compute: Compute, now: datetime) -> float:
+class _PriceHistories:
+    """This run's spot price histories: a pool's is read (DescribeSpotPriceHistory) the first time a job's
+    spend needs it, once, over `planned` (`billing.price_windows` of every budgeted job's attempts), so that
+    several attempts in one pool, of one job or of many, cost one call a run, not one each."""
+
+    def __init__(self, compute: Compute, planned: dict[SeriesKey, PriceWindow]) -> None:
+        self.compute = compute
+        self.planned = planned
+        self.read: dict[SeriesKey, tuple[PriceWindow, list[PriceQuote]]] = {}
+
+    def for_attempts(self, attempts: Iterable[Attempt], now: datetime) -> dict[SeriesKey, Sequence[PriceQuote]]:
+        """The histories of the pools of `attempts` that need prices, each over a window that covers them."""
+        histories: dict[SeriesKey, Sequence[PriceQuote]] = {}
+        for key, needed in price_windows(attempts, now).items():
+            known = self.read.get(key)
+            if known is None or not (known[0].start <= needed.start and needed.end <= known[0].end):
+                # Not read yet, or wider than what was (an attempt the plan did not see): over both
+                window = self.planned.get(key, needed) if known is None else known[0]
+                window = PriceWindow(needed.pool, min(window.start, needed.start), max(window.end, needed.end))
+                known = (window, self.compute.spot_price_history(window.pool, window.start, window.end))
+                self.read[key] = known
+            histories[key] = known[1]
+        return histories
+
+
+def _spent(job: Job, attempts: list[Attempt], prices: _PriceHistories, now: datetime) -> float:
     """What the job's attempts have cost up to `now` at the prices in effect (spotrelay.models.billing): the
-    settled bills, and each other spot attempt's price series from its launch (DescribeSpotPriceHistory).
-    0 for a job without a budget: no price is asked for."""
+    settled bills, and each other spot attempt's price series from its launch (DescribeSpotPriceHistory, read
+    once a run per pool: `_PriceHistories`). 0 for a job without a budget: no price is asked for."""
     if job.spec.limits.max_total_cost is None:
         return 0.0
-    histories = {
-        a.attempt: compute.spot_price_history(a.pool, a.started_at, a.billing_end(now))
-        for a in attempts
-        if needs_prices(a)
-    }
-    return spent_usd(attempts, histories, now)
+    histories = prices.for_attempts(attempts, now)
+    return sum(cost_so_far(attempt, histories, now) for attempt in attempts)
 
 
 def _over_budget(job: Job, spent: float) -> bool:

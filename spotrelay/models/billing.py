@@ -19,6 +19,11 @@ report that comes later than the first, or again, changes nothing; an earlier on
 order: a `terminated` handled before its `shutting-down`; reconcile's sighting, an upper bound, before the
 event it missed) moves the end back to it. The result is the same whatever order the reports come in.
 
+Until it is settled, an attempt's cost so far is the same integration up to the end of its billing so far
+(`cost_so_far`), at its pool's price history: the control plane's budget check and `spotrelay cost` read
+each pool's history once over the one window every attempt there needs (`price_windows`), not once per
+attempt. That figure is an estimate while the instance runs: its bill ends when its instance is gone.
+
 Two deliberate simplifications, both on the side of counting more: billing starts at the launch
 (`Attempt.started_at`), though EC2 does not bill `pending` (a minute or so at boot; `Attempt.running_at` is
 moved at a handover, so it is no record of the instance's own start); and a Linux spot instance that EC2
@@ -32,9 +37,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from spotrelay.models.records import Attempt, Market, PriceQuote
+from spotrelay.models.records import Attempt, Market, Pool, PriceQuote
+
+# A spot price series: (instance type, availability zone). One per pool, whatever the pool's market field says.
+SeriesKey = tuple[str, str]
 
 
 def step_integral(times: Sequence[float], prices: Sequence[float | None], start: float, end: float) -> float:
@@ -128,3 +137,45 @@ def spent_usd(attempts: Iterable[Attempt], histories: Mapping[int, Sequence[Pric
         else:
             total += attempt.cost(now)
     return total
+
+
+def series_key(pool: Pool) -> SeriesKey:
+    """The spot price series `pool` is billed at (the key of `price_windows` and `cost_so_far`'s histories)."""
+    return (pool.instance_type, pool.availability_zone)
+
+
+@dataclass(frozen=True, slots=True)
+class PriceWindow:
+    """The span of one pool's spot price history that some attempts' costs need."""
+
+    pool: Pool
+    start: datetime
+    end: datetime
+
+
+def price_windows(attempts: Iterable[Attempt], now: datetime) -> dict[SeriesKey, PriceWindow]:
+    """For each pool of the attempts whose cost needs prices (`needs_prices`), the one window of its history
+    that covers them all: from the earliest launch to the latest end of billing so far (`Attempt.billing_end`).
+    A history read over it holds the price in effect at each attempt's launch and every change after, so
+    `attempt_cost` gives each attempt what a read of its own window would: one read per pool, not per attempt."""
+    windows: dict[SeriesKey, PriceWindow] = {}
+    for attempt in attempts:
+        if not needs_prices(attempt):
+            continue
+        key = series_key(attempt.pool)
+        start, end = attempt.started_at, max(attempt.started_at, attempt.billing_end(now))
+        known = windows.get(key)
+        if known is not None:
+            start, end = min(start, known.start), max(end, known.end)
+        windows[key] = PriceWindow(pool=attempt.pool, start=start, end=end)
+    return windows
+
+
+def cost_so_far(attempt: Attempt, histories: Mapping[SeriesKey, Sequence[PriceQuote]], now: datetime) -> float:
+    """What `attempt` has cost up to `now`: its settled bill; else, its pool's history read (`histories`: series
+    key -> the pool's prices over at least the attempt's billing so far, as over its `price_windows` window),
+    the prices in effect integrated to the end of its billing so far; else its hours at the launch price."""
+    history = histories.get(series_key(attempt.pool)) if needs_prices(attempt) else None
+    if history is None:
+        return attempt.cost(now)
+    return attempt_cost(attempt, history, attempt.billing_end(now))

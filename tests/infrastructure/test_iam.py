@@ -180,3 +180,13 @@ def test_worker_role_reaches_only_the_agent_wheel_its_logs_and_vend(
 def test_function_roles_have_no_managed_policies(synthesized: Synthesized) -> None:
     for name, role in synthesized.stack.functions.roles.items():
         assert "ManagedPolicyArns" not in synthesized.properties(role), name
+
+
+def test_the_dispatcher_reads_spot_prices_and_nothing_else_of_ec2(
+    synthesized: Synthesized, allows: list[Statement]
+) -> None:
+    """Its budget counts a running spot job at its pool's price now (DescribeSpotPriceHistory); it launches,
+    terminates and describes nothing."""
+    dispatcher = _role(synthesized, "dispatcher")
+    granted = {a for s in allows if dispatcher in s.roles for a in s.actions if a.startswith("ec2:")}
+    assert granted == {"ec2:DescribeSpotPriceHistory"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,10 @@ from spotrelay.catalog import INSTANCE_TYPES
 from spotrelay.cli import app, jobs
 from spotrelay.config import TAG_JOB_ID
 from spotrelay.local import LocalRuntime, LocalStack, VirtualClock
+from spotrelay.market import MarketBuilder
 from spotrelay.models import JobState
 
-from .conftest import START
+from .conftest import EXAMPLE_PRICES, SEED, START
 
 
 def deployed(runtime: LocalRuntime) -> LocalStack:
@@ -271,3 +273,61 @@ def test_cost_counts_the_live_instance_to_now_against_the_same_hours_on_on_deman
     text = run(clock, "status", job_id).stdout
     assert f"cost ${spot:.2f} (${spot:.2f} of it on the live instance), " in text
     assert f"${on_demand:.2f} on on-demand ({saved} saved)" in text
+
+
+@pytest.fixture
+def rising_runtime(synthesized_template: Path, clock: VirtualClock) -> Iterator[LocalRuntime]:
+    """The stack on the example market, where g6.xlarge in us-east-1a (the cheapest pool) goes from $0.35/h to
+    $0.70/h a quarter of an hour in."""
+    market = MarketBuilder(START)
+    for instance_type, zone, price in EXAMPLE_PRICES:
+        market.add_price(instance_type, zone, price)
+    market.add_price("g6.xlarge", "us-east-1a", 0.70, at=START + timedelta(minutes=15))
+    with LocalRuntime(clock=clock, market=market.build(), seed=SEED) as local:
+        local.deploy(synthesized_template)
+        yield local
+
+
+def test_cost_and_status_count_a_live_instance_at_the_spot_prices_in_effect_and_say_it_is_an_estimate(
+    rising_runtime: LocalRuntime, clock: VirtualClock, events_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs, "utc_now", clock.now)
+    job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    (launch,) = rising_runtime.market_launches()
+    assert (launch.pool.offering, launch.spot_price) == ("g6.xlarge:us-east-1a", 0.35)
+    # Given the job's instance has run for an hour, its pool's spot price doubled 15 minutes in
+    token = DynamoJobStore(deployed(rising_runtime).table_name, rising_runtime.dynamodb).attempts(job_id)[-1].task_token
+    assert token is not None
+    while clock.now() < START + timedelta(hours=1):
+        clock.advance_to(min(START + timedelta(hours=1), clock.now() + timedelta(minutes=5)))
+        with clock.exclusive():
+            rising_runtime.sfn.send_task_heartbeat(taskToken=token)
+        clock.wait_quiescent()
+    # When the user asks what it cost
+    result = run(clock, "cost", "--json")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    # Then the live instance counts a quarter hour at $0.35 and three at $0.70, not the hour at its launch price,
+    # and the figure says it is an estimate
+    spent = 0.25 * 0.35 + 0.75 * 0.70
+    (job,) = answer["jobs"]
+    assert job["cost_usd"] == pytest.approx(spent)
+    assert job["cost_is_estimate"] is True
+    assert answer["total"]["cost_usd"] == pytest.approx(spent)
+    assert answer["total"]["cost_is_estimate"] is True
+    # And the table marks the job's cost and says why
+    table = run(clock, "cost").stdout
+    (row,) = [line for line in table.splitlines() if job_id in line]
+    assert f"{spent:.2f}*" in row
+    assert "* an estimate: a live instance, counted at the spot prices in effect from its launch to now" in table
+    # And status says the same, with the price now
+    text = run(clock, "status", job_id).stdout
+    assert f"cost ${spent:.2f} (${spent:.2f} of it on the live instance), " in text
+    assert (
+        "the live instance's cost is an estimate, the spot prices in effect from its launch to now ($0.700/h now): "
+        "final once the instance is gone"
+    ) in text
+    status = json.loads(run(clock, "status", job_id, "--json").stdout)
+    assert status["running_cost_usd"] == pytest.approx(spent)
+    assert status["cost_usd"] == pytest.approx(spent)
+    assert status["cost_is_estimate"] is True

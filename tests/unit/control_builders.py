@@ -157,6 +157,7 @@ class World:
             clock=self.clock,
             limits=admission or limits(),
             heartbeat_seconds=HEARTBEAT_SECONDS,
+            compute=self.compute,
         )
 
     def place(self, job_id: str = "train-1") -> StepResult:

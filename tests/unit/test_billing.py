@@ -10,7 +10,15 @@ import pytest
 
 from spotrelay.bench import sim
 from spotrelay.models import Attempt, AttemptOutcome, Market, Pool, PriceQuote
-from spotrelay.models.billing import attempt_cost, billing_end, settle, spent_usd, step_integral
+from spotrelay.models.billing import (
+    attempt_cost,
+    billing_end,
+    cost_so_far,
+    price_windows,
+    settle,
+    spent_usd,
+    step_integral,
+)
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 POOL = Pool(instance_type="g6.xlarge", availability_zone="us-east-1a")
@@ -128,3 +136,32 @@ def test_an_attempt_record_without_a_bill_reads_and_one_with_it_round_trips() ->
     # Then both read back
     assert Attempt.model_validate(old).cost_usd is None
     assert Attempt.model_validate_json(new.model_dump_json()) == new
+
+
+def test_one_history_over_the_pools_price_window_bills_each_attempt_as_its_own_window_would() -> None:
+    # Given three unsettled spot attempts in one pool (launched at 0, 1 and 2.5 h; one closed at 1.5 h), a settled
+    # one, an on-demand one, and one in another pool
+    elsewhere = Pool(instance_type="g6.xlarge", availability_zone="us-east-1b")
+    attempts = [
+        spot_attempt(),
+        spot_attempt(attempt=2, started_at=at(1), ended_at=at(1.5), outcome=AttemptOutcome.INTERRUPTED),
+        spot_attempt(attempt=3, started_at=at(2.5)),
+        spot_attempt(attempt=4, started_at=at(-2), cost_usd=0.1, billed_until=at(-1.5)),
+        spot_attempt(attempt=5, started_at=at(-3), pool=POOL.model_copy(update={"market": Market.ON_DEMAND})),
+        spot_attempt(attempt=6, started_at=at(0.5), pool=elsewhere),
+    ]
+    # When the windows of their prices are asked for at 3 h
+    windows = price_windows(attempts, at(3))
+    # Then each pool has one, from the earliest unsettled spot launch there to now; settled and on-demand bills
+    # need none
+    assert {key: (w.start, w.end) for key, w in windows.items()} == {
+        ("g6.xlarge", "us-east-1a"): (T0, at(3)),
+        ("g6.xlarge", "us-east-1b"): (at(0.5), at(3)),
+    }
+    # And the pool's history over it bills each attempt its own time: 1 h at $0.35 and 2 h at $0.70; 0.5 h at
+    # $0.70 to its close; 0.5 h at $0.70
+    pooled = {("g6.xlarge", "us-east-1a"): DOUBLING}
+    assert [cost_so_far(a, pooled, at(3)) for a in attempts[:3]] == pytest.approx([0.35 + 0.70 * 2, 0.35, 0.35])
+    assert cost_so_far(attempts[3], pooled, at(3)) == 0.1  # settled
+    # And without its pool's history an attempt counts at its launch price
+    assert cost_so_far(attempts[5], pooled, at(3)) == pytest.approx(0.35 * 2.5)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from control_builders import T0, limits, make_job
 
-from spotrelay.control.admission import Held, admit
-from spotrelay.models import Job, JobState
+from spotrelay.control.admission import Held, admit, live_usd_per_hour
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, Pool
 
 
 def ids(jobs: tuple[Job, ...]) -> list[str]:
@@ -205,3 +206,47 @@ def test_a_job_no_allowed_family_fits_is_impossible_not_held() -> None:
     assert plan.impossible[0].reason == "no instance type of the allowed GPU families (g5, g6) fits resources"
     assert plan.admitted == ()
     assert plan.held == ()
+
+
+# --- live instances at the prices in effect now ----------------------------------------------------------
+
+
+def test_an_active_job_counts_at_what_its_instances_cost_now_when_that_is_more_than_its_estimate() -> None:
+    # Given a budget of $2.5/h and two running 1-GPU jobs estimated at g6.xlarge's on-demand $0.8048/h each:
+    # "dear" on a pool whose spot price rose to $0.95/h, "cheap" on one at $0.35/h
+    active = [running("dear"), running("cheap")]
+    live_spend = {"dear": 0.95, "cheap": 0.35}
+    # When admission runs with and without what their instances cost now
+    with_prices = admit([make_job("job-1")], active, limits(budget_usd_per_hour=2.5), live_spend)
+    estimates_only = admit([make_job("job-1")], active, limits(budget_usd_per_hour=2.5))
+    # Then "dear" counts at $0.95/h and "cheap" still at its estimate: the next job would take $2.56/h, and waits
+    assert ids(with_prices.admitted) == []
+    assert held_reasons(with_prices.held) == {"job-1": "budget: $1.75/h in use + $0.80/h for this job > $2.5/h"}
+    # where the estimates alone ($2.41/h with it) admitted it
+    assert ids(estimates_only.admitted) == ["job-1"]
+
+
+def test_live_usd_per_hour_is_each_live_instance_at_its_price_now() -> None:
+    # Given a job's attempts: one closed, its current spot one, a spot standby beside it in a pool with no
+    # quote, and an on-demand one not launched yet (no instance)
+    pool = Pool(instance_type="g6.xlarge", availability_zone="us-east-1a")
+    other = Pool(instance_type="g6.2xlarge", availability_zone="us-east-1b")
+
+    def attempt(number: int, **fields: Any) -> Attempt:
+        values: dict[str, Any] = {"job_id": "train-1", "attempt": number, "pool": pool, "hourly_price": 0.35}
+        values |= {"started_at": T0, "instance_id": f"i-{number}"} | fields
+        return Attempt.model_validate(values)
+
+    attempts = [
+        attempt(1, ended_at=T0, outcome=AttemptOutcome.INTERRUPTED),
+        attempt(2),
+        attempt(3, pool=other, hourly_price=0.45, handover_from=2),
+        attempt(4, pool=other.model_copy(update={"market": Market.ON_DEMAND}), hourly_price=0.98, instance_id=None),
+    ]
+    # When what they cost per hour now is asked, the first pool's price at $0.70/h now
+    now = live_usd_per_hour(attempts, {("g6.xlarge", "us-east-1a"): 0.70})
+    # Then the current one counts at the price now, the standby at its launch price, the others not at all
+    assert now == pytest.approx(0.70 + 0.45)
+    # And an on-demand instance at its price
+    on_demand = attempt(5, pool=other.model_copy(update={"market": Market.ON_DEMAND}), hourly_price=0.98)
+    assert live_usd_per_hour([on_demand], {("g6.2xlarge", "us-east-1b"): 0.10}) == pytest.approx(0.98)

@@ -4,15 +4,30 @@ count it so; a duplicate or reordered termination bills once."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from control_builders import CHEAPEST, T0, World, error, recorded_event
+from control_builders import (
+    CHEAPEST,
+    FORBIDDEN_PRICES,
+    PRICES,
+    SECOND,
+    T0,
+    THIRD,
+    World,
+    error,
+    limits,
+    recorded_event,
+    spec_dict,
+)
+from fakes import FakeCompute
 
 from spotrelay.aws.stack import JobStatus
 from spotrelay.control.ec2_events import Ec2Event
-from spotrelay.models import AttemptOutcome
+from spotrelay.models import AttemptOutcome, PriceQuote
 
 TERMINATED = "instance-state-change-terminated.json"
 WARNING = "spot-interruption-warning.json"
@@ -151,3 +166,85 @@ def test_reconcile_settles_a_bill_whose_state_change_was_missed(events_dir: Path
     assert attempt.billed_until == closed_at
     assert attempt.cost_usd == pytest.approx(0.35 + 0.70)
     assert world.job().cost_usd == pytest.approx(0.35 + 0.70)
+
+
+class QuoteCountingCompute(FakeCompute):
+    """The world's EC2, counting the calls for current spot prices (`spot_prices`)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            {(p.instance_type, p.availability_zone): usd for p, usd in (PRICES | FORBIDDEN_PRICES).items()}
+        )
+        self.quote_requests: list[tuple[list[str], list[str]]] = []
+
+    def spot_prices(self, instance_types: Sequence[str], zones: Sequence[str], now: datetime) -> list[PriceQuote]:
+        self.quote_requests.append((list(instance_types), list(zones)))
+        return super().spot_prices(instance_types, zones, now)
+
+
+def test_a_spot_price_rise_holds_the_job_that_would_take_the_budget_past_its_hourly_limit() -> None:
+    # Given a budget of $2.5/h, and a 1-GPU job running on g6.2xlarge spot at $0.30/h: counted at its estimate,
+    # g6.xlarge's on-demand $0.8048/h, like each job the dispatcher admits
+    compute = QuoteCountingCompute()
+    world = World(compute=compute)
+    third = (THIRD.instance_type, THIRD.availability_zone)
+    compute.prices[third] = 0.30
+    assert world.running("busy", "token-busy").pool == THIRD
+    budget = limits(budget_usd_per_hour=2.5)
+    world.queue.send(json.dumps(spec_dict(name="first")))
+    assert world.dispatch(budget).admitted == ["first-msg1"]  # $0.80 + $0.80 + $0.80 = $2.41/h
+    # When its pool's spot price rises to $0.95/h (still below its on-demand price) and another job comes
+    compute.price_changes[third] = [(world.clock.now(), 0.95)]
+    world.queue.send(json.dumps(spec_dict(name="second")))
+    compute.quote_requests.clear()
+    report = world.dispatch(budget)
+    # Then the busy job counts at the price in effect now, and the new job waits: it would take $2.56/h
+    assert report.admitted == []
+    assert report.held == {"second-msg2": "budget: $1.75/h in use + $0.80/h for this job > $2.5/h"}
+    # And the prices were read in one call for the run, with no price history
+    assert compute.quote_requests == [(["g6.2xlarge"], ["us-east-1a"])]
+    assert compute.history_requests == []
+    # And once the price falls back, the job is admitted
+    compute.price_changes[third].append((world.advance(minutes=5), 0.30))
+    assert world.dispatch(budget).admitted == ["second-msg2"]
+
+
+def test_admission_goes_on_at_the_launch_prices_when_the_spot_prices_cannot_be_read() -> None:
+    # Given a job running on g6.2xlarge spot, launched at $0.95/h, and a budget of $1.7/h
+    world = World()
+    world.compute.prices[(THIRD.instance_type, THIRD.availability_zone)] = 0.95
+    world.compute.prices[(CHEAPEST.instance_type, CHEAPEST.availability_zone)] = 1.5
+    world.compute.prices[(SECOND.instance_type, SECOND.availability_zone)] = 1.5
+    assert world.running("busy", "token-busy").pool == THIRD
+    world.compute.prices[(THIRD.instance_type, THIRD.availability_zone)] = 0.10
+    world.queue.send(json.dumps(spec_dict(name="next")))
+    # When EC2 throttles the price read
+    world.compute.fail_next["spot_prices"] = RuntimeError("RequestLimitExceeded")
+    report = world.dispatch(limits(budget_usd_per_hour=1.7))
+    # Then the run goes on, the busy job counted at its launch price ($0.95/h > its $0.80/h estimate)
+    assert report.held == {"next-msg1": "budget: $0.95/h in use + $0.80/h for this job > $1.7/h"}
+
+
+def test_reconcile_reads_each_pools_price_history_once_a_run_for_all_its_budgeted_attempts() -> None:
+    # Given three budgeted jobs launched an hour apart in one pool at $0.35/h, whose price doubles at 2.5 h
+    world = World()
+    caps = {"job-a": 1.5, "job-b": 1.2, "job-c": 1.0}
+    for job_id, cap in caps.items():
+        assert world.running(job_id, f"token-{job_id}", limits={"max_total_cost": cap}).pool == CHEAPEST
+        world.advance(hours=1)
+    doubles_at(world, T0 + timedelta(hours=2.5))
+    world.advance(minutes=30)
+    asked = len(world.compute.history_requests)
+    # When reconcile runs 3.5 h after the first launch
+    report = world.reconcile()
+    # Then the pool's history was read once, over the window all three need (the first launch to now)
+    assert world.compute.history_requests[asked:] == [(CHEAPEST, T0, world.clock.now())]
+    # And each job's spend is what a read of its own window gives: a $1.575 (cap $1.5) and b $1.225 (cap $1.2)
+    # over their caps, where the launch price counts $1.225 and $0.875; c $0.875, under its $1
+    assert report.over_budget == ["job-a", "job-b"]
+    spent = {r.task_token: json.loads(str(r.cause))["spent_usd"] for r in world.workflow.task_results}
+    assert spent == {"token-job-a": pytest.approx(1.575), "token-job-b": pytest.approx(1.225)}
+    # And the next run reads it once again, not once per attempt
+    world.advance(minutes=5)
+    world.reconcile()
+    assert len(world.compute.history_requests) == asked + 2

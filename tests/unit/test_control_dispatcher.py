@@ -9,6 +9,7 @@ import pytest
 from control_builders import HEARTBEAT_SECONDS, World, limits, spec_dict
 from fakes import FakeWorkflow
 
+from spotrelay.control.dispatcher import MAX_QUEUED_CONSIDERED
 from spotrelay.models import JobState
 
 NO_ROOM = limits(max_concurrent_jobs=0)
@@ -263,3 +264,22 @@ def test_a_job_admission_can_never_start_fails_as_unschedulable_without_an_execu
     assert job.state is JobState.FAILED
     assert job.failure_reason == "Unschedulable: no instance type of the allowed GPU families (g5, g6) fits resources"
     assert world.workflow.executions == {}
+
+
+def test_a_run_considers_only_the_head_of_a_deep_queue_and_the_next_run_the_rest() -> None:
+    # Given more queued jobs than a run considers (MAX_QUEUED_CONSIDERED), the urgent ones sent last
+    world = World()
+    deep = MAX_QUEUED_CONSIDERED + 20
+    for n in range(deep):
+        send(world, name=f"job{n}", priority="high" if n >= deep - 5 else "low")
+    for _ in range(2):  # the messages are recorded (100 a run), nothing admitted yet
+        world.dispatch(NO_ROOM)
+    assert len(world.store.queued_jobs(10 * deep)) == deep
+    # When the dispatcher runs with room for every one of them
+    first = world.dispatch(limits(max_concurrent_jobs=10_000))
+    # Then it admits the head of the queue only, the urgent jobs among them, and the next run the rest
+    assert len(first.admitted) == MAX_QUEUED_CONSIDERED
+    assert {f"job{n}" for n in range(deep - 5, deep)} <= {world.job(j).spec.name for j in first.admitted}
+    second = world.dispatch(limits(max_concurrent_jobs=10_000))
+    assert len(second.admitted) == 20
+    assert not set(first.admitted) & set(second.admitted)
