@@ -134,7 +134,8 @@ def redrive_event_targets(
         for message in messages:
             report.found += 1
             body = message.get("Body", "")
-            target = message.get("MessageAttributes", {}).get("TARGET_ARN", {}).get("StringValue", "")
+            attribute = message.get("MessageAttributes", {}).get("TARGET_ARN")
+            target = attribute.get("StringValue", "") if attribute is not None else ""
             name = target.rpartition(":function:")[2].split(":")[0] if ":function:" in target else ""
             if name in functions:
                 response = lambda_.invoke(FunctionName=name, InvocationType="RequestResponse", Payload=body)
