@@ -14,7 +14,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-# Tags on every instance spotrelay launches. RunInstances/CreateFleet are only allowed with them.
+# Tags on every instance spotrelay launches. RunInstances is only allowed with them.
 TAG_MANAGED = "spotrelay:managed"  # value "true"
 TAG_JOB_ID = "spotrelay:job-id"
 TAG_ATTEMPT = "spotrelay:attempt"

@@ -3,11 +3,11 @@
 - Every function but vend: read/write its items in the table and the `gsi1` index (named actions, exact
   ARNs); vend: GetItem only (its sts:AssumeRole of JobRole is in `job_credentials_construct`).
 - launch, and reconcile (the spot standby it starts before moving a job off on-demand):
-  `ec2:RunInstances`/`ec2:CreateFleet` of an *instance* only for the allowed GPU families
+  `ec2:RunInstances` (the only way spotrelay launches) of an *instance* only for the allowed GPU families
   (`ec2:InstanceType` like `g5.*`) and only when the request tags it `spotrelay:managed=true`; the
   other resources of a launch are this stack's launch template, worker security group, subnets and
-  AMI by exact ARN, plus the new volumes, network interfaces, spot requests and fleets (ids that do
-  not exist yet, hence `*`). Tags only while launching (`ec2:CreateAction`). `iam:PassRole` of the
+  AMI by exact ARN, plus the new volumes, network interfaces and spot requests (ids that do not
+  exist yet, hence `*`). Tags only while launching (`ec2:CreateAction`). `iam:PassRole` of the
   worker role only, and only to EC2.
 - finalize/reconcile/cancel (and launch, to undo a half-recorded launch): `ec2:TerminateInstances`
   only of instances tagged `spotrelay:managed=true`.
@@ -61,7 +61,7 @@ EC2_READ_ACTIONS = (
     "ec2:DescribeInstanceTypeOfferings",
     "ec2:DescribeSpotPriceHistory",
 )
-LAUNCH_ACTIONS = ("ec2:RunInstances", "ec2:CreateFleet")
+LAUNCH_ACTIONS = ("ec2:RunInstances",)
 EC2_READERS = ("place", "launch", "ec2_events", "finalize", "reconcile", "cancel")
 TERMINATORS = ("launch", "finalize", "reconcile", "cancel")
 LAUNCHERS = ("launch", "reconcile")
@@ -234,9 +234,7 @@ class FunctionPermissions(Construct):
 
     def _launch_policy(self, *, allowed_gpu_families: Sequence[str], worker: Worker, subnet_ids: Sequence[str]) -> None:
         stack = Stack.of(self)
-        created = [
-            _ec2_arn(stack, f"{kind}/*") for kind in ("volume", "network-interface", "spot-instances-request", "fleet")
-        ]
+        created = [_ec2_arn(stack, f"{kind}/*") for kind in ("volume", "network-interface", "spot-instances-request")]
         self._policy(
             "LaunchWorkers",
             LAUNCHERS,
@@ -257,7 +255,7 @@ class FunctionPermissions(Construct):
                 iam.PolicyStatement(
                     sid="LaunchCreatesItsVolumesAndInterfaces", actions=list(LAUNCH_ACTIONS), resources=created
                 ),
-                "The volumes, network interfaces, spot requests and fleets a launch creates have no ids yet; "
+                "The volumes, network interfaces and spot requests a launch creates have no ids yet; "
                 "the same request must also pass the instance statement (GPU family and tag conditions).",
             ),
             iam.PolicyStatement(
@@ -279,7 +277,7 @@ class FunctionPermissions(Construct):
                         "StringEquals": {"ec2:CreateAction": [action.split(":")[1] for action in LAUNCH_ACTIONS]}
                     },
                 ),
-                "Tags are applied in the launch request itself (ec2:CreateAction RunInstances/CreateFleet) to "
+                "Tags are applied in the launch request itself (ec2:CreateAction RunInstances) to "
                 "resources that do not exist yet; CreateTags on anything existing is not allowed.",
             ),
             iam.PolicyStatement(
@@ -293,9 +291,8 @@ class FunctionPermissions(Construct):
                 actions=["iam:CreateServiceLinkedRole"],
                 resources=[
                     f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot",
-                    f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/aws-service-role/ec2fleet.amazonaws.com/AWSServiceRoleForEC2Fleet",
                 ],
-                conditions={"StringEquals": {"iam:AWSServiceName": ["spot.amazonaws.com", "ec2fleet.amazonaws.com"]}},
+                conditions={"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}},
             ),
         )
 

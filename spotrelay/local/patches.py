@@ -49,10 +49,8 @@ S3
   every client here uses HTTPS, which AWS would let through.
 
 EC2 (only with a market, `spotrelay.local.ec2_market`)
-- `InstanceResponse.run_instances`, `Fleets.create_fleet` and `SpotInstances.describe_spot_price_history`
-  answer from the market (CreateFleet: Type `instant` only, launched through moto's RunInstances and
-  recorded as a moto fleet; stock moto takes the first override, ignores capacity and the overrides'
-  zones); catalog GPU types moto lacks are added to its instance-type tables.
+- `InstanceResponse.run_instances` and `SpotInstances.describe_spot_price_history` answer from the
+  market; catalog GPU types moto lacks are added to its instance-type tables.
 
 Speed (the same answers, less work: a replay makes thousands of calls and moto's generic response
 serializer was most of their cost)
@@ -119,10 +117,7 @@ from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table as DynamoTable
 from moto.dynamodb.responses import DynamoHandler
 from moto.ec2.models import instance_types as moto_instance_types
-from moto.ec2.models.fleets import Fleet, FleetsBackend
 from moto.ec2.models.flow_logs import FlowLogs, FlowLogsBackend
-from moto.ec2.models.instances import InstanceBackend
-from moto.ec2.responses.fleets import Fleets
 from moto.ec2.responses.instances import InstanceResponse
 from moto.ec2.responses.spot_instances import SpotInstances
 from moto.events.models import Archive, Rule
@@ -404,34 +399,6 @@ EXPECTED: tuple[Expected, ...] = (
         ('instance_ids = self._get_param("InstanceIds", [])',),
     ),
     Expected(SpotInstances, "describe_spot_price_history", "(self) -> moto.core.responses.ActionResult"),
-    Expected(Fleets, "create_fleet", "(self) -> moto.core.responses.ActionResult"),
-    Expected(  # the market records an instant fleet as moto does, with a zero target (no launch of moto's)
-        FleetsBackend,
-        "create_fleet",
-        "(self, on_demand_options: dict[str, typing.Any], spot_options: dict[str, typing.Any], "
-        "target_capacity_specification: dict[str, typing.Any], launch_template_configs: list[dict[str, typing.Any]], "
-        "excess_capacity_termination_policy: str, replace_unhealthy_instances: bool, "
-        "terminate_instances_with_expiration: bool, fleet_type: str, valid_from: datetime.datetime | None, "
-        "valid_until: datetime.datetime | None, tag_specifications: list[dict[str, typing.Any]]) "
-        "-> moto.ec2.models.fleets.Fleet",
-    ),
-    Expected(  # ... then fills the lists moto's fleet reads its instances from
-        Fleet,
-        "__init__",
-        None,
-        (
-            'overrides_list = config.get("Overrides") or [{}]',
-            "self.spot_requests: list[SpotInstanceRequest] = []",
-            "self.on_demand_instances: list[dict[str, Any]] = []",
-        ),
-    ),
-    Expected(  # ... launching through RunInstances, a spot market option making the instance spot
-        InstanceBackend,
-        "run_instances",
-        "(self, image_id: 'str', count: 'int', user_data: 'Base64EncodedString | None', "
-        "security_group_names: 'list[str]', **kwargs: 'Any') -> 'Reservation'",
-        ('if kwargs.get("instance_market_options"):', 'new_instance.lifecycle = "spot"'),
-    ),
     # SQS message visibility and delays on the virtual clock (every other use of time in moto.sqs stays real)
     Expected(moto_sqs_models, "unix_time_millis", "(dt: 'datetime.datetime | None' = None) -> 'float'"),
     Expected(
@@ -1300,11 +1267,6 @@ def _patch_ec2(patcher: _Patcher, market: Ec2Market) -> None:
         return result
 
     patcher.replace(InstanceResponse, "terminate_instances", terminate_instances)
-
-    def create_fleet(self: Fleets) -> Any:
-        return market.create_fleet(self)
-
-    patcher.replace(Fleets, "create_fleet", create_fleet)
 
     def describe_spot_price_history(self: SpotInstances) -> Any:
         return market.describe_spot_price_history(self)

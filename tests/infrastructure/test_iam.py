@@ -70,19 +70,25 @@ def test_run_instances_only_for_allowed_gpu_families_and_only_tagged(
     synthesized: Synthesized, allows: list[Statement], function: str
 ) -> None:
     launch = _role(synthesized, function)
-    for action in ("ec2:RunInstances", "ec2:CreateFleet"):
-        on_instances = [s for s in _granted(allows, launch, action) if f"{EC2_PREFIX}instance/*" in s.resources]
-        assert len(on_instances) == 1
-        [statement] = on_instances
-        assert statement.resources == (f"{EC2_PREFIX}instance/*",)
-        assert statement.condition == {
-            "StringLike": {"ec2:InstanceType": [f"{family}.*" for family in DEFAULT_GPU_FAMILIES]},
-            "StringEquals": {f"aws:RequestTag/{TAG_MANAGED}": "true"},
-        }
-        # No other statement lets an instance be launched unconditionally
-        for other in _granted(allows, launch, action):
-            if other is not statement:
-                assert not any(r.endswith(":instance/*") or r == "*" for r in other.resources)
+    on_instances = [s for s in _granted(allows, launch, "ec2:RunInstances") if f"{EC2_PREFIX}instance/*" in s.resources]
+    assert len(on_instances) == 1
+    [statement] = on_instances
+    assert statement.resources == (f"{EC2_PREFIX}instance/*",)
+    assert statement.condition == {
+        "StringLike": {"ec2:InstanceType": [f"{family}.*" for family in DEFAULT_GPU_FAMILIES]},
+        "StringEquals": {f"aws:RequestTag/{TAG_MANAGED}": "true"},
+    }
+    # No other statement lets an instance be launched unconditionally
+    for other in _granted(allows, launch, "ec2:RunInstances"):
+        if other is not statement:
+            assert not any(r.endswith(":instance/*") or r == "*" for r in other.resources)
+
+
+def test_no_role_may_launch_but_through_run_instances(allows: list[Statement]) -> None:
+    # spotrelay launches with RunInstances only (spotrelay.aws.compute): no fleet or spot-request API is granted
+    granted = {action for s in allows for action in s.actions}
+    assert not granted & {"ec2:CreateFleet", "ec2:RequestSpotInstances", "ec2:RequestSpotFleet"}
+    assert not any("ec2fleet.amazonaws.com" in str(s.condition) or ":fleet/" in str(s.resources) for s in allows)
 
 
 def test_no_role_but_launch_and_reconcile_may_launch_or_pass_roles(
@@ -90,7 +96,7 @@ def test_no_role_but_launch_and_reconcile_may_launch_or_pass_roles(
 ) -> None:
     # reconcile launches the spot standby of a job it moves off on-demand (make-before-break)
     launchers = {_role(synthesized, "launch"), _role(synthesized, "reconcile")}
-    for action in ("ec2:RunInstances", "ec2:CreateFleet", "iam:PassRole"):
+    for action in ("ec2:RunInstances", "iam:PassRole"):
         assert {role for s in allows if action in s.actions for role in s.roles} == launchers
 
 
@@ -105,7 +111,7 @@ def test_tags_only_while_launching(allows: list[Statement]) -> None:
     tagging = [s for s in allows if "ec2:CreateTags" in s.actions]
     assert tagging
     for statement in tagging:
-        assert statement.condition == {"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateFleet"]}}
+        assert statement.condition == {"StringEquals": {"ec2:CreateAction": ["RunInstances"]}}
 
 
 def test_terminate_only_instances_tagged_managed(synthesized: Synthesized, allows: list[Statement]) -> None:
