@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_lambda import LambdaClient
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 # Functions EventBridge invokes asynchronously whose events the schedule would not make up for: each has
 # its own DLQ (a dead-lettered message does not say which function it was for)
@@ -89,28 +90,7 @@ def redrive(sqs: SQSClient, lambda_: LambdaClient, *, queue_url: str, function_n
     """Invoke `function_name` with each message of its DLQ `queue_url` (the body: the event), deleting each
     one the function handled (see the module docstring)."""
     report = Redrive(function=function_name, queue_url=queue_url)
-    while report.found < MAX_REDRIVE_MESSAGES:
-        answer = sqs.receive_message(
-            QueueUrl=queue_url,
-            MaxNumberOfMessages=10,
-            VisibilityTimeout=REDRIVE_VISIBILITY_SECONDS,
-            WaitTimeSeconds=0,
-        )
-        messages = answer.get("Messages", [])
-        if not messages:
-            break
-        for message in messages:
-            report.found += 1
-            body = message.get("Body", "")
-            response = lambda_.invoke(FunctionName=function_name, InvocationType="RequestResponse", Payload=body)
-            if "FunctionError" in response:
-                report.failed += 1
-                if len(report.errors) < 5:
-                    report.errors.append(response["Payload"].read().decode("utf-8", "replace")[:300])
-                continue
-            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-            report.handled += 1
-    return report
+    return _drain(sqs, lambda_, report, lambda message: (function_name, None))
 
 
 def redrive_event_targets(
@@ -119,39 +99,56 @@ def redrive_event_targets(
     """Deliver again each event of the target DLQ `queue_url` whose target (`TARGET_ARN`) is one of
     `functions` (their names), deleting each one the function handled; a schedule's tick for another
     target is deleted; anything else stays (see the module docstring)."""
+
+    def route(message: MessageTypeDef) -> tuple[str | None, str | None]:
+        attribute = message.get("MessageAttributes", {}).get("TARGET_ARN")
+        target = attribute.get("StringValue", "") if attribute is not None else ""
+        name = target.rpartition(":function:")[2].split(":")[0] if ":function:" in target else ""
+        if name in functions:
+            return name, None
+        if _is_scheduled_tick(message.get("Body", "")):
+            return None, None
+        return None, f"an event for {target[:200] or 'no named target'}: not redriven, left in the DLQ"
+
     report = Redrive(function="event targets", queue_url=queue_url)
+    return _drain(sqs, lambda_, report, route)
+
+
+def _drain(
+    sqs: SQSClient,
+    lambda_: LambdaClient,
+    report: Redrive,
+    route: Callable[[MessageTypeDef], tuple[str | None, str | None]],
+) -> Redrive:
+    """Each message of `report.queue_url` (at most MAX_REDRIVE_MESSAGES a run): `route` says which function to
+    invoke with its body (None: none, the message is only deleted) or why it stays; a message the function
+    handled, or none was to, is deleted. Counted in `report`, which is returned."""
     while report.found < MAX_REDRIVE_MESSAGES:
         answer = sqs.receive_message(
-            QueueUrl=queue_url,
+            QueueUrl=report.queue_url,
             MaxNumberOfMessages=10,
             VisibilityTimeout=REDRIVE_VISIBILITY_SECONDS,
             WaitTimeSeconds=0,
-            MessageAttributeNames=["All"],
+            MessageAttributeNames=["All"],  # a target DLQ message names its target (TARGET_ARN)
         )
         messages = answer.get("Messages", [])
         if not messages:
             break
         for message in messages:
             report.found += 1
-            body = message.get("Body", "")
-            attribute = message.get("MessageAttributes", {}).get("TARGET_ARN")
-            target = attribute.get("StringValue", "") if attribute is not None else ""
-            name = target.rpartition(":function:")[2].split(":")[0] if ":function:" in target else ""
-            if name in functions:
-                response = lambda_.invoke(FunctionName=name, InvocationType="RequestResponse", Payload=body)
+            function_name, problem = route(message)
+            if problem is None and function_name is not None:
+                response = lambda_.invoke(
+                    FunctionName=function_name, InvocationType="RequestResponse", Payload=message.get("Body", "")
+                )
                 if "FunctionError" in response:
-                    report.failed += 1
-                    if len(report.errors) < 5:
-                        report.errors.append(response["Payload"].read().decode("utf-8", "replace")[:300])
-                    continue
-            elif not _is_scheduled_tick(body):
+                    problem = response["Payload"].read().decode("utf-8", "replace")[:300]
+            if problem is not None:
                 report.failed += 1
                 if len(report.errors) < 5:
-                    report.errors.append(
-                        f"an event for {target[:200] or 'no named target'}: not redriven, left in the DLQ"
-                    )
+                    report.errors.append(problem)
                 continue
-            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+            sqs.delete_message(QueueUrl=report.queue_url, ReceiptHandle=message["ReceiptHandle"])
             report.handled += 1
     return report
 
