@@ -125,20 +125,6 @@ def needs_prices(attempt: Attempt) -> bool:
     return attempt.cost_usd is None and attempt.pool.market is Market.SPOT
 
 
-def spent_usd(attempts: Iterable[Attempt], histories: Mapping[int, Sequence[PriceQuote]], now: datetime) -> float:
-    """What the attempts have cost up to `now`: each settled one its settled cost; each other one the prices
-    in effect up to the end of its billing so far (`Attempt.billing_end`), from `histories` (attempt number
-    -> its pool's prices since its launch), or at its launch price where none were asked for."""
-    total = 0.0
-    for attempt in attempts:
-        history = histories.get(attempt.attempt)
-        if attempt.cost_usd is None and history is not None:
-            total += attempt_cost(attempt, history, attempt.billing_end(now))
-        else:
-            total += attempt.cost(now)
-    return total
-
-
 def series_key(pool: Pool) -> SeriesKey:
     """The spot price series `pool` is billed at (the key of `price_windows` and `cost_so_far`'s histories)."""
     return (pool.instance_type, pool.availability_zone)

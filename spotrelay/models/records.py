@@ -129,7 +129,7 @@ class Attempt(BaseModel):
 
     def cost(self, now: datetime) -> float:
         """USD: the settled bill; until it is settled, the billed hours so far at the launch price (the
-        control plane's budget check integrates the prices in effect: spotrelay.models.billing.spent_usd)."""
+        control plane's budget check integrates the prices in effect: spotrelay.models.billing.cost_so_far)."""
         if self.cost_usd is not None:
             return self.cost_usd
         return self.hourly_price * self.billed_hours(now)

@@ -15,8 +15,8 @@ from spotrelay.models.billing import (
     billing_end,
     cost_so_far,
     price_windows,
+    series_key,
     settle,
-    spent_usd,
     step_integral,
 )
 
@@ -122,8 +122,8 @@ def test_the_spend_so_far_integrates_the_prices_of_the_attempts_not_yet_settled(
     first = spot_attempt(cost_usd=0.5, billed_until=at(0.5), ended_at=at(0.5), outcome=AttemptOutcome.INTERRUPTED)
     second = spot_attempt(attempt=2)
     # When the spend is asked for at 3 h with attempt 2's prices, then without them
-    with_prices = spent_usd([first, second], {2: DOUBLING}, at(3))
-    without = spent_usd([first, second], {}, at(3))
+    with_prices = sum(cost_so_far(a, {series_key(second.pool): DOUBLING}, at(3)) for a in (first, second))
+    without = sum(cost_so_far(a, {}, at(3)) for a in (first, second))
     # Then attempt 2 counts at the prices in effect, or at its launch price where none were asked for
     assert with_prices == pytest.approx(0.5 + 0.35 + 0.70 * 2)
     assert without == pytest.approx(0.5 + 0.35 * 3)
