@@ -115,6 +115,9 @@ THROTTLED_LAUNCHES_PER_HOUR = math.ceil(
 # After an interruption warning, Recover waits for the attempt's final checkpoint this long at most:
 # the notice gives two minutes, the agent commits within them, plus slack for the upload's tail.
 FINAL_CHECKPOINT_WAIT_SECONDS = 150
+# EC2 reclaims a spot instance two minutes after its interruption warning: it runs no longer than that.
+# Source: "Spot Instance interruption notices", Amazon EC2 User Guide.
+SPOT_NOTICE = timedelta(minutes=2)
 FINAL_CHECKPOINT_POLL_SECONDS = 15
 # A failed job's `failure_reason` (`spotrelay status`, the replay's timeline): one line, the error's name and
 # message, never a stack trace.
@@ -866,9 +869,18 @@ def close_attempt(
     """The attempt, ended at `now` (or as it already was), with its lost work accounted: progress
     made since the instance was running, less what the checkpoints of this attempt preserved. An instance
     never seen `running` made none (lost before it booted), unless something says it ran (a notice, a
-    checkpoint of this attempt): then its `running` event was lost or late, and it ran from its launch."""
+    checkpoint of this attempt): then its `running` event was lost or late, and it ran from its launch.
+    It ran until `now` at the latest, but no longer than its instance: a Recover that comes late (the
+    control plane was down, its events were dead-lettered and redriven) does not count the time since as
+    work lost. The instance's end is its reported billing end if one came, and for an interrupted spot
+    instance at most the notice's two minutes after the warning."""
     if attempt.outcome is not None:
         return attempt
+    until = now
+    if attempt.billed_until is not None:
+        until = min(until, attempt.billed_until)
+    if attempt.interrupted_at is not None and attempt.pool.market is Market.SPOT:
+        until = min(until, attempt.interrupted_at + SPOT_NOTICE)
     ran_from = attempt.running_at
     if ran_from is None and (
         attempt.interrupted_at is not None
@@ -877,7 +889,7 @@ def close_attempt(
         or (pointer is not None and pointer.attempt == attempt.attempt)
     ):
         ran_from = attempt.started_at
-    ran = 0.0 if ran_from is None else max(0.0, (now - ran_from).total_seconds() / 3600)
+    ran = 0.0 if ran_from is None else max(0.0, (until - ran_from).total_seconds() / 3600)
     progress = ran * attempt.relative_speed
     saved = 0.0
     if pointer is not None and pointer.attempt == attempt.attempt:

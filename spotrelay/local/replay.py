@@ -107,6 +107,7 @@ DEFAULT_WORK_HOURS = 1.0  # a job that does not say how long it runs
 REFUSED = "EC2 refused"  # how the timeline notes a launch EC2 refused
 _RECORDED = {
     "running": "instance-state-change-running.json",
+    "shutting-down": "instance-state-change-shutting-down.json",
     "terminated": "instance-state-change-terminated.json",
     "warning": "spot-interruption-warning.json",
     "rebalance": "rebalance-recommendation.json",

@@ -62,7 +62,8 @@ from spotrelay.models import JobSpec, Market
 
 BOOT = timedelta(seconds=60)  # launch -> `running`
 NOTICE = timedelta(minutes=2)  # interruption warning -> termination
-TERMINATED_AFTER = timedelta(seconds=30)  # TerminateInstances -> the `terminated` state change
+# An instance that EC2 ends sends `shutting-down` at once (billing stops there) and `terminated` later
+TERMINATED_AFTER = timedelta(seconds=30)  # `shutting-down` -> `terminated`
 IMDS_SPELL_GAP = timedelta(minutes=2)  # IMDS errors this close together are one spell (the agent logs once a minute)
 
 
@@ -547,15 +548,19 @@ class InstanceWorker:
             return
         self._gone("terminated")
         self.host.terminate(self.instance_id)
-        self.host.emit("terminated", self.instance_id)
+        self._shutting_down()
         self.host.note(self.job_name, f"instance {self.instance_id} terminated (the notice ran out)")
 
     def terminated_by_control_plane(self) -> None:
-        """TerminateInstances for this instance (Finalize, Recover, cancel, reconcile): gone now, its
-        `terminated` state change a little later."""
+        """TerminateInstances for this instance (Finalize, Recover, cancel, reconcile): gone now."""
         if self.state == "gone":
             return
         self._gone(self.outcome or "terminated")
+        self._shutting_down()
+
+    def _shutting_down(self) -> None:
+        """The state changes EC2 sends for an instance it ends: `shutting-down` now, `terminated` a little later."""
+        self.host.emit("shutting-down", self.instance_id)
         self.host.schedule(
             self.host.now() + TERMINATED_AFTER,
             f"{self.instance_id} terminated",

@@ -11,7 +11,6 @@ import pytest
 
 from spotrelay.local.replay import ReplayResult, check, render_text, replay
 from spotrelay.local.scenario import Expectation, ScenarioError, injections, load_scenario
-from spotrelay.local.workers import TERMINATED_AFTER
 
 from .conftest import SCENARIOS
 
@@ -176,9 +175,10 @@ def test_a_spot_price_rise_mid_run_is_billed_at_the_price_in_effect(replayed: Re
     assert pools(entry) == [("g6.xlarge", "us-east-1a", "spot", "SUCCEEDED")]  # EC2 kept the instance
     (attempt,) = entry["attempts"]
     assert attempt["start"] == "2026-11-30T00:00:00Z"
-    # Then the report bills its instance from its launch to its `terminated` state change (the local EC2
-    # sends it TERMINATED_AFTER Finalize's TerminateInstances): an hour at $0.35, the rest at $0.70
-    billed_hours = hours_after_start(attempt["end"]) + TERMINATED_AFTER.total_seconds() / 3600
+    # Then the report bills its instance from its launch to its `shutting-down` state change (which EC2
+    # sends at once on Finalize's TerminateInstances; `terminated` follows TERMINATED_AFTER later and
+    # bills nothing more): an hour at $0.35, the rest at $0.70
+    billed_hours = hours_after_start(attempt["end"])
     assert entry["cost"] == pytest.approx(0.35 * 1 + 0.70 * (billed_hours - 1), abs=0.001)
     assert entry["cost"] > 0.35 * billed_hours + 0.3  # not its hours at the launch price
     assert result.to_json()["expectations"] == {"passed": 1, "failed": 0}
@@ -385,22 +385,22 @@ def test_the_control_plane_down_for_30_minutes_loses_no_job(replayed: Replayed) 
     assert {j["name"]: j["state"] for j in result.to_json()["jobs"]} == {"resnet50": "SUCCEEDED", "bert": "SUCCEEDED"}
     assert [a["outcome"] for a in job(result, "resnet50")["attempts"]] == ["INTERRUPTED", "SUCCEEDED"]
     # And the outage failed invocations of the functions, and ec2_events' events went to its DLQ after
-    # Lambda's retries: the warning and the `terminated` state change
+    # Lambda's retries: the warning and the `shutting-down` and `terminated` state changes
     assert result.failed_by_outage
-    assert result.dead_lettered == {"ec2_events": 2}
+    assert result.dead_lettered == {"ec2_events": 3}
     # And nothing was launched while the functions were down
     for entry in result.to_json()["jobs"]:
         for attempt in entry["attempts"]:
             assert not 0.5 <= hours_after_start(attempt["start"]) < 1.0
-    # And the redrive found both events, handled them, and left the DLQ empty
+    # And the redrive found the three events, handled them, and left the DLQ empty
     [redrive] = [o for o in result.operator if o.run == "redrive-dlq"]
-    assert redrive.detail["depth_before"] == 2
-    assert redrive.detail["found"] == redrive.detail["handled"] == 2
+    assert redrive.detail["depth_before"] == 3
+    assert redrive.detail["found"] == redrive.detail["handled"] == 3
     assert redrive.detail["failed"] == 0
     assert redrive.detail["depth_after"] == 0
     # And the archive replay delivered the window's EC2 events again, every one handled
     [archive] = [o for o in result.operator if o.run == "replay-archive"]
-    assert archive.detail["events"] == 2
+    assert archive.detail["events"] == 3
     assert archive.detail["failed"] == 0
     assert result.to_json()["operator"][0]["run"] == "redrive-dlq"
     assert any("control plane back" in e.text for e in result.timeline)

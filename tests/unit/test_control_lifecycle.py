@@ -610,9 +610,10 @@ def test_an_instance_whose_running_event_never_came_but_was_warned_lost_its_work
     world.advance(seconds=150)
     # When Recover gives up waiting for its final checkpoint
     world.recover(failure=error("SpotInterrupted"))
-    # Then the work since its launch is counted lost: the notice says it ran
+    # Then the work from its launch to its reclaim two minutes after the warning is counted lost: the notice
+    # says it ran
     attempt = world.attempt()
-    assert attempt.lost_work_hours == pytest.approx((1 + 150 / 3600) * attempt.relative_speed)
+    assert attempt.lost_work_hours == pytest.approx((1 + 120 / 3600) * attempt.relative_speed)
 
 
 def test_recover_stops_waiting_for_a_final_checkpoint_after_150_seconds() -> None:
@@ -624,11 +625,49 @@ def test_recover_stops_waiting_for_a_final_checkpoint_after_150_seconds() -> Non
     world.advance(seconds=150)
     # When Recover runs
     result = world.recover(failure=error("SpotInterrupted"))
-    # Then it gives up waiting: everything the attempt did is lost, and the job relaunches
+    # Then it gives up waiting: everything the attempt did until EC2 reclaimed it is lost, and the job relaunches
     assert result.action == "relaunch"
     attempt = world.attempt()
     assert attempt.outcome is AttemptOutcome.INTERRUPTED
-    assert attempt.lost_work_hours == pytest.approx((1 + 150 / 3600) * attempt.relative_speed)
+    assert attempt.lost_work_hours == pytest.approx((1 + 120 / 3600) * attempt.relative_speed)
+
+
+@pytest.mark.parametrize("late_minutes", [3, 30, 600])
+def test_a_late_recover_counts_no_work_lost_after_the_instance_was_reclaimed(late_minutes: int) -> None:
+    # Given an attempt that ran an hour, was warned, committed a final checkpoint of 1 h of work a minute
+    # later, and whose Recover comes `late_minutes` after the warning (the control plane was down, its
+    # events were dead-lettered and redriven)
+    world = World()
+    world.running()
+    world.advance(hours=1)
+    world.warned()
+    world.advance(minutes=1)
+    world.checkpoint(attempt=1, seq=3, work_done_hours=1.0 * world.attempt().relative_speed, final=True)
+    world.advance(minutes=late_minutes - 1)
+    # When Recover runs
+    world.recover(failure=error("SpotInterrupted"))
+    # Then only the two minutes of the notice count, less what the final checkpoint saved: nothing of the
+    # time since EC2 reclaimed the instance
+    attempt = world.attempt()
+    assert attempt.lost_work_hours == pytest.approx(2 / 60 * attempt.relative_speed)
+    assert world.job().lost_work_hours == pytest.approx(attempt.lost_work_hours)
+
+
+def test_a_late_recover_counts_the_work_only_until_the_instance_stopped_billing() -> None:
+    # Given an on-demand attempt (no notice) that ran an hour and whose `terminated` state change said EC2
+    # stopped billing it then, and a Recover that comes an hour later
+    world = World()
+    world.running()
+    world.advance(hours=1)
+    stopped = world.attempt().model_copy(update={"billed_until": world.clock.now()})  # what the event settles
+    world.store.put_attempt(stopped)
+    world.advance(hours=1)
+    # When Recover runs on the lost instance
+    world.recover(failure=error("InstanceLost"))
+    # Then the hour it ran is lost, not the two hours since it started
+    attempt = world.attempt()
+    assert attempt.billed_until is not None
+    assert attempt.lost_work_hours == pytest.approx(1 * attempt.relative_speed)
 
 
 @pytest.mark.parametrize("error_name", ["InstanceLost", "States.HeartbeatTimeout"])
