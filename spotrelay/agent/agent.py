@@ -20,6 +20,8 @@
         rebalance recommendation?    -> a checkpoint now (once per recommendation)
         interval_minutes passed?     -> a periodic (incremental) checkpoint
     a restore that fails verification -> SendTaskFailure CheckpointCorrupt; the job is not started
+    a restore that cannot complete (the job tampered with the restore's dirs) -> SendTaskFailure JobFailed;
+        the job is not started, neither from a partial restore nor from scratch (`Checkpointer.restore`)
 
 Periodic and rebalance checkpoints run on a background thread, so the loop keeps polling IMDS while
 a large upload is in flight; a notice cancels such an upload (what it finished stays reusable) and
@@ -69,6 +71,7 @@ reporter, the instance metadata, the job runner), so tests drive it with moto an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -88,6 +91,7 @@ from spotrelay.agent.checkpointer import (
     CheckpointPointers,
     CheckpointResult,
     CheckpointStorage,
+    CheckpointTampered,
     CheckpointUnstable,
 )
 from spotrelay.agent.checkpoints import (
@@ -97,7 +101,7 @@ from spotrelay.agent.checkpoints import (
     scan_checkpoint_dir,
     tail_lines,
 )
-from spotrelay.agent.confined import ConfinedDir
+from spotrelay.agent.confined import ConfinedDir, RestoreIncomplete, open_directory
 from spotrelay.agent.imds import ImdsError, InstanceAction, RebalanceRecommendation
 from spotrelay.agent.logs import JobLogger
 from spotrelay.agent.runner import (
@@ -303,7 +307,8 @@ def give_to(directory: Path, user: JobUser, chown: Callable[..., None] = os.chow
     with ConfinedDir.open(directory, job_uid=user.uid) as root:
         chown(root.fd, user.uid, user.gid)
         for entry in root.walk():
-            chown(entry.name, user.uid, user.gid, dir_fd=entry.dir_fd, follow_symlinks=False)
+            with contextlib.suppress(FileNotFoundError):  # removed since the walk saw it
+                chown(entry.name, user.uid, user.gid, dir_fd=entry.dir_fd, follow_symlinks=False)
 
 
 # --- the agent --------------------------------------------------------------------------------------
@@ -433,6 +438,20 @@ class Agent:
                 )
                 cause = {"attempt": self.attempt, "checkpoint": e.where, "problems": e.problems[:20]}
                 return self._finish(token, "corrupt", ERROR_CHECKPOINT_CORRUPT, cause)
+            except RestoreIncomplete as e:
+                # The checkpoint in S3 is intact: a new attempt restores it (JobFailed: a restart, bounded by
+                # max_restarts). Starting here from a part of it or from scratch would lose or corrupt work.
+                self.log.warning(
+                    "the checkpoint could not be restored: not starting the job",
+                    extra={"path": e.path, "what": e.why, "partial": e.partial},
+                )
+                cause = {
+                    "attempt": self.attempt,
+                    "error": f"the checkpoint could not be restored: {e}"[:1000],
+                    "path": e.path,
+                    "partial": e.partial,
+                }
+                return self._finish(token, "failed", ERROR_JOB_FAILED, cause)
             if manifest is not None:
                 restored = (manifest.attempt, manifest.seq)
                 self.log.info(
@@ -584,8 +603,8 @@ class Agent:
         assert self.checkpointer is not None
         run = self.spec.run
         checkpoint_dir = self.checkpointer.dir
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
         user = self.settings.job_user
+        os.close(open_directory(checkpoint_dir, job_uid=self.checkpointer.job_uid, create=True))  # never via a link
         if user is not None:
             give_to(checkpoint_dir, user)
         env = job_environment(
@@ -792,6 +811,9 @@ class Agent:
         self._in_flight = None
         try:
             result = future.result()
+        except CheckpointTampered as e:
+            self.log.warning("checkpoint dropped", extra={"reason": str(e), "path": e.path, "what": e.why})
+            return True
         except (CheckpointCancelled, CheckpointUnstable) as e:
             self.log.info("checkpoint dropped", extra={"reason": str(e)})
             return True
@@ -869,6 +891,9 @@ class Agent:
         assert self.checkpointer is not None
         try:
             return self.checkpointer.take("final", final=True)
+        except CheckpointTampered as e:
+            self.log.warning("the final checkpoint failed", extra={"path": e.path, "what": e.why})
+            return None
         except Exception:
             self.log.exception("the final checkpoint failed")
             return None

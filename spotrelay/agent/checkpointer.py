@@ -18,18 +18,23 @@ the write that loses reports `committed=False`.
 Restore (`Checkpointer.restore`): read the pointer, read the manifest it names (it must be the
 checkpoint the pointer says), download every file to a staging dir, verify each file's size and
 sha256 and that no other file is there, then install the staging dir as the checkpoint dir. Any
-mismatch raises CheckpointIntegrityError and leaves the checkpoint dir as it was.
+mismatch raises CheckpointIntegrityError and leaves the checkpoint dir as it was. A restore the job's
+doings keep from completing (its staging dir moved, removed or replaced, something planted where it
+renames to) raises RestoreIncomplete, and the job is not started (`Checkpointer.restore` says why).
 
 The agent is root and the dir is the job's (`spotrelay.agent.confined`): a checkpoint reads only
 regular files, each hashed and uploaded from the one fd that fstat proved one, and never through a
 symlink; whatever else the dir holds is left out with a warning (`CheckpointResult.left_out`) and the
-checkpoint commits with the rest. A restore writes only into a staging dir it has just made (0700),
-reached through its fd, and puts the files in place by renames that replace a planted symlink
-instead of following it.
+checkpoint commits with the rest; a checkpoint dir that is no longer a directory when a checkpoint
+opens it (the job put a symlink, a FIFO or a file in its place) drops that checkpoint
+(CheckpointTampered, with a warning), and the next interval tries again. A restore writes only into a
+staging dir it has just made (0700), reached through its fd, and puts the files in place by renames
+that replace a planted symlink instead of following it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -63,7 +68,17 @@ from spotrelay.agent.checkpoints import (
     sha256_open_files,
     verify_dir,
 )
-from spotrelay.agent.confined import ConfinedDir, LeftOut, NotRead, OpenFile, RestoreStaging, make_room_for
+from spotrelay.agent.confined import (
+    ConfinedDir,
+    LeftOut,
+    NotRead,
+    OpenFile,
+    RestoreIncomplete,
+    RestoreStaging,
+    make_room_for,
+    open_directory,
+    reason,
+)
 from spotrelay.agent.logs import LOGGER_NAME
 from spotrelay.clock import SYSTEM_CLOCK, ClockEvent
 from spotrelay.control.ports import CheckpointPointer
@@ -103,6 +118,18 @@ class CheckpointCancelled(Exception):
 
 class CheckpointUnstable(Exception):
     """Files changed while they were uploaded: this periodic checkpoint is dropped."""
+
+
+class CheckpointTampered(CheckpointUnstable):
+    """The checkpoint dir was not a directory the agent may read when the checkpoint opened it (the job
+    put a symlink, a FIFO or a file in its place, or in the place of a dir above it): this checkpoint is
+    dropped, the next one tries again. `path` is relative to the checkpoint dir ("." for the dir itself),
+    `why` says what was there (never where a link points)."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path = path
+        self.why = why
 
 
 class CheckpointResult(BaseModel):
@@ -323,6 +350,10 @@ class Checkpointer:
             root: ConfinedDir | None = ConfinedDir.open(self.dir, job_uid=self.job_uid)
         except FileNotFoundError:
             root = None
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            raise CheckpointTampered(".", reason(e)) from e
         read = _DirRead(root)
         try:
             if root is not None:
@@ -382,9 +413,27 @@ class Checkpointer:
 
     def restore(self, pointer: CheckpointPointer | None) -> CheckpointManifest | None:
         """Install the checkpoint `pointer` names into the checkpoint dir (created empty when there is
-        none). Raises CheckpointIntegrityError when its bytes do not match its manifest."""
+        none). Raises CheckpointIntegrityError when its bytes do not match its manifest.
+
+        Raises RestoreIncomplete when the checkpoint could not be put in place because of what happened
+        to the dirs it goes through (the job moved, removed or replaced the staging dir, planted something
+        where a rename goes, made a dir on the way a symlink): the error names the entry and what was
+        wrong, and says whether the checkpoint dir now holds part of the checkpoint. The caller must then
+        not start the job at all (the agent fails the attempt with JobFailed, and a new attempt restores
+        the checkpoint, which is intact in S3), neither from the part restored nor from scratch:
+        - a partial restore may be a corrupt start (weights of one step, optimizer state of another, or
+          files missing that the job takes for "not saved yet") that the job's next checkpoint would then
+          save as the job's latest;
+        - a start from scratch (SPOTRELAY_RESUMED=0) throws the work away for good, not only on this
+          instance: the new attempt's first checkpoint moves the pointer past the intact one, so every
+          later attempt resumes from the scratch run, and a warning in the log is no record of that.
+        Failing the attempt loses nothing: the pointer still names the intact checkpoint, the reason is in
+        the task's failure cause and the agent's log, and restarts are bounded by max_restarts."""
         if pointer is None:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            try:
+                os.close(open_directory(self.dir, job_uid=self.job_uid, create=True))
+            except OSError as e:
+                raise RestoreIncomplete(self.dir.name, f"the checkpoint dir cannot be made: {reason(e)}") from e
             return None
         manifest = self.storage.read_manifest(pointer.manifest_key)
         if (manifest.job_id, manifest.attempt, manifest.seq) != (pointer.job_id, pointer.attempt, pointer.seq):
@@ -395,10 +444,13 @@ class Checkpointer:
                     f"the pointer names {pointer.attempt}-{pointer.seq} of {pointer.job_id}"
                 ],
             )
-        self.dir.parent.mkdir(parents=True, exist_ok=True)
         with RestoreStaging(self.dir, prefix=STAGING_PREFIX, job_uid=self.job_uid) as staging:
             try:
-                self.storage.download([(manifest.object_key(f), staging.path_of(f.path)) for f in manifest.files])
+                try:
+                    self.storage.download([(manifest.object_key(f), staging.path_of(f.path)) for f in manifest.files])
+                except Exception:
+                    staging.check_mine()  # a download into a staging dir the job removed fails: that is the why
+                    raise
                 problems = verify_dir(staging.confined, manifest)
                 if problems:
                     raise CheckpointIntegrityError(pointer.manifest_key, problems)
@@ -407,6 +459,8 @@ class Checkpointer:
             except BaseException:
                 staging.discard()
                 raise
+        for name in staging.left_behind:
+            self.log.warning("the job's earlier files could not be removed after the restore", extra={"path": name})
 
         referenced = [f.key for f in manifest.files if f.key is not None]
         written = self.storage.last_modified(referenced) if referenced else {}

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from spotrelay.agent import checkpointer as checkpointer_module
+from spotrelay.agent.checkpointer import CheckpointTampered
 from spotrelay.agent.checkpoints import scan_checkpoint_dir
-from spotrelay.agent.confined import HAS_FD_PATHS
+from spotrelay.agent.confined import HAS_FD_PATHS, RestoreIncomplete
 from spotrelay.models import CheckpointManifest
 
 from .conftest import BUCKET, JOB_ID, Records, World
@@ -182,8 +183,8 @@ def test_a_checkpoint_dir_the_job_replaced_by_a_symlink_is_not_followed(world: W
     ckpt = tmp_path / "ckpt"
     ckpt.symlink_to(secrets)
 
-    # When it is checkpointed, Then the checkpoint fails and nothing is uploaded
-    with pytest.raises(OSError, match="symlink"):
+    # When it is checkpointed, Then the checkpoint is dropped, saying why, and nothing is uploaded
+    with pytest.raises(CheckpointTampered, match="symlink"):
         world.checkpointer(1, ckpt, job_uid=os.getuid()).take("final", final=True)
     assert world.object_keys() == []
 
@@ -267,6 +268,6 @@ def test_a_staging_dir_swapped_for_a_symlink_mid_restore_is_not_written_through(
     assert contents(secrets) == before
     assert contents(target) == {"before.txt": b"the job's"}
     assert not target.is_symlink()
-    # and the restore failed loudly, saying why
-    assert isinstance(failure, OSError)
+    # and the restore failed loudly, saying why (the agent then fails the attempt: the job does not start)
+    assert isinstance(failure, RestoreIncomplete)
     assert "moved or replaced" in str(failure)
