@@ -8,6 +8,7 @@ fails the stack. These models create the real thing in moto's backends where mot
   the replay emits its state changes).
 - AWS::SQS::QueuePolicy -> the queues' `Policy` attribute.
 - AWS::S3::BucketPolicy -> the bucket's policy.
+- AWS::SNS::TopicPolicy -> the topics' `Policy` attribute.
 - AWS::CDK::Metadata -> nothing (CDK's version reporting; a no-op model, so that moto does not warn).
 
 Defining the classes registers them (for the whole process: they only add types moto does not know);
@@ -175,6 +176,43 @@ class LocalBucketPolicy(CloudFormationModel):
         return cls(resource_name)
 
 
+class LocalTopicPolicy(CloudFormationModel):
+    """AWS::SNS::TopicPolicy: sets each topic's `Policy` attribute."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return ""
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::SNS::TopicPolicy"
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.name
+
+    @classmethod
+    def create_from_cloudformation_json(
+        cls,
+        resource_name: str,
+        cloudformation_json: Any,
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> LocalTopicPolicy:
+        from moto.sns.models import sns_backends
+
+        properties = cloudformation_json.get("Properties", {})
+        policy = _json_text(properties.get("PolicyDocument", {}))
+        backend = sns_backends[account_id][region_name]
+        for topic_arn in properties.get("Topics", []):  # a Topic's Ref is its ARN
+            backend.set_topic_attribute(str(topic_arn), "policy", policy)  # as SetTopicAttributes names it
+        return cls(resource_name)
+
+
 class LocalCdkMetadata(CloudFormationModel):
     """AWS::CDK::Metadata: nothing to create."""
 
@@ -206,7 +244,8 @@ class LocalCdkMetadata(CloudFormationModel):
 
 
 ADDED_TYPES = tuple(
-    model.cloudformation_type() for model in (LocalAlarm, LocalQueuePolicy, LocalBucketPolicy, LocalCdkMetadata)
+    model.cloudformation_type()
+    for model in (LocalAlarm, LocalQueuePolicy, LocalBucketPolicy, LocalTopicPolicy, LocalCdkMetadata)
 )
 
 

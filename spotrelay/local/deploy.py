@@ -69,6 +69,9 @@ class LocalStack:
     function_arns: Mapping[str, str]
     subnets: Mapping[str, str]  # availability zone -> subnet id
     alarm_names: tuple[str, ...]
+    # The queue-depth alarm: the one alarm an EventBridge rule wakes a function on (the dispatcher), which
+    # the replay raises when jobs wait. The dead-letter alarms notify operators only.
+    depth_alarm_name: str
     rules: Mapping[str, str]  # logical id -> rule name
     schedule_rules: tuple[str, ...]
     outputs: Mapping[str, str]
@@ -284,6 +287,12 @@ def deploy_template(
     return _with_time(local, time.perf_counter() - started)
 
 
+def _names_alarm(rule: Mapping[str, Any], alarm_logical_id: str) -> bool:
+    """Whether the rule's event pattern matches the state changes of that alarm (`detail.alarmName` refers to it)."""
+    names = rule.get("EventPattern", {}).get("detail", {}).get("alarmName", [])
+    return any(isinstance(name, dict) and name.get("Ref") == alarm_logical_id for name in names)
+
+
 def _with_time(stack: LocalStack, seconds: float) -> LocalStack:
     return LocalStack(**{**asdict(stack), "deploy_seconds": round(seconds, 3)})
 
@@ -342,6 +351,14 @@ def _describe(
         function_arns=dict(sorted(function_arns.items())),
         subnets=dict(sorted(subnets.items())),
         alarm_names=tuple(physical[logical] for logical in of_type("AWS::CloudWatch::Alarm")),
+        depth_alarm_name=next(
+            (
+                physical[logical]
+                for logical in of_type("AWS::CloudWatch::Alarm")
+                if any(_names_alarm(resources[rule].get("Properties", {}), logical) for rule in rules)
+            ),
+            "",
+        ),
         rules=rules,
         schedule_rules=schedule_rules,
         outputs=outputs,

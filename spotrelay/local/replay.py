@@ -381,7 +381,7 @@ class Replay:
     def _alarm_event(self, value: str) -> dict[str, Any]:
         event = copy.deepcopy(self._recorded["alarm"])
         stack = self.stack
-        name = stack.alarm_names[0]
+        name = stack.depth_alarm_name
         now = self.clock.now()
         stamp = now.strftime("%Y-%m-%dT%H:%M:%S.000+0000")
         event["account"], event["region"], event["time"] = stack.account_id, stack.region, iso(now)

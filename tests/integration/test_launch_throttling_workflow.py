@@ -55,8 +55,8 @@ def submit(runtime: LocalRuntime, events_dir: Path, spec: dict[str, Any]) -> str
     assert stack is not None
     runtime.sqs.send_message(QueueUrl=stack.queue_url, MessageBody=json.dumps(spec))
     alarm = json.loads((events_dir / "recorded" / "alarm-state-change.json").read_text())
-    alarm["detail"]["alarmName"] = stack.alarm_names[0]
-    alarm["resources"] = [f"arn:aws:cloudwatch:{alarm['region']}:{alarm['account']}:alarm:{stack.alarm_names[0]}"]
+    alarm["detail"]["alarmName"] = stack.depth_alarm_name
+    alarm["resources"] = [f"arn:aws:cloudwatch:{alarm['region']}:{alarm['account']}:alarm:{stack.depth_alarm_name}"]
     clock = runtime.clock
     assert isinstance(clock, VirtualClock)
     with clock.exclusive():

@@ -63,8 +63,19 @@ def test_the_table_queues_bucket_and_alarm_exist(deployed: tuple[LocalRuntime, L
     assert json.loads(attributes["RedrivePolicy"])["deadLetterTargetArn"] == dlq_arn
     assert json.loads(attributes["Policy"])["Statement"][0]["Effect"] == "Deny"  # AWS::SQS::QueuePolicy
     assert json.loads(runtime.s3.get_bucket_policy(Bucket=stack.bucket_name)["Policy"])["Statement"]
-    (alarm,) = runtime.client("cloudwatch").describe_alarms(AlarmNames=list(stack.alarm_names))["MetricAlarms"]
-    assert (alarm["MetricName"], alarm["Threshold"]) == ("ApproximateNumberOfMessagesVisible", 1.0)
+    alarms = runtime.client("cloudwatch").describe_alarms(AlarmNames=list(stack.alarm_names))["MetricAlarms"]
+    # The queue-depth alarm (the one that wakes the dispatcher), on the job queue
+    [depth] = [a for a in alarms if a["AlarmName"] == stack.depth_alarm_name]
+    queue_name = stack.queue_url.rsplit("/", 1)[-1]
+    assert (depth["MetricName"], depth["Threshold"]) == ("ApproximateNumberOfMessagesVisible", 1.0)
+    assert depth["Dimensions"] == [{"Name": "QueueName", "Value": queue_name}]
+    # And one alarm per dead-letter queue, each notifying the operators' topic, whose policy is set
+    # (AWS::SNS::TopicPolicy)
+    others = [a for a in alarms if a["AlarmName"] != stack.depth_alarm_name]
+    assert len(others) == 3
+    [topic] = {action for a in others for action in a["AlarmActions"]}
+    policy = runtime.client("sns").get_topic_attributes(TopicArn=topic)["Attributes"]["Policy"]
+    assert any(s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"} for s in json.loads(policy)["Statement"])
 
 
 def test_the_state_machine_runs_on_the_executing_backend(deployed: tuple[LocalRuntime, LocalStack]) -> None:

@@ -39,7 +39,7 @@ def submit_and_dispatch(
     stack = deployed(runtime)
     runtime.sqs.send_message(QueueUrl=stack.queue_url, MessageBody=message)
     with clock.exclusive():
-        runtime.put_event(recorded_event("alarm-state-change", alarm_name=stack.alarm_names[0]))
+        runtime.put_event(recorded_event("alarm-state-change", alarm_name=stack.depth_alarm_name))
     clock.wait_quiescent()
     assert [d.error for d in runtime.deliveries] == [None]  # the rule delivered to the dispatcher
     launches = runtime.market_launches()
