@@ -12,10 +12,11 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, Field
 
 from spotrelay.aws.store import DynamoJobStore
-from spotrelay.aws.vend import StsCallerIdentity, StsJobRole, checked_identity_headers
+from spotrelay.aws.vend import AgentLogStreams, StsCallerIdentity, StsJobRole, checked_identity_headers
 from spotrelay.config import VendSettings
 from spotrelay.control.vend import JobResources, VendRefused, vend_step
 
@@ -27,11 +28,13 @@ region = boto3.session.Session().region_name or ""
 store = DynamoJobStore(settings.table_name, boto3.client("dynamodb"))
 identity = StsCallerIdentity(region, endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
 sessions = StsJobRole(settings.job_role_arn, boto3.client("sts"))
+streams = AgentLogStreams(settings.agent_log_group_arn, boto3.client("logs"))
 resources = JobResources(
     bucket_arn=settings.bucket_arn,
     table_arn=settings.table_arn,
     bucket_key_arn=settings.bucket_key_arn,
     region=region,
+    agent_log_group_arn=settings.agent_log_group_arn,
 )
 
 
@@ -61,4 +64,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     grant = vended.grant
     logger.append_keys(job_id=grant.job_id, attempt=grant.attempt)
     logger.info("credentials vended", extra={"instance_id": grant.instance_id, "session_name": grant.session_name})
+    try:
+        streams.ensure(grant.job_id, grant.attempt)  # the agent's lines go there, with these credentials
+    except (BotoCoreError, ClientError) as e:  # the job runs without its lines shipped: never refuse it for that
+        metrics.add_metric(name="LogStreamNotCreated", unit=MetricUnit.Count, value=1)
+        logger.warning("could not create the attempt's log stream", extra={"error": str(e)[:500]})
     return {"job_id": grant.job_id, "attempt": grant.attempt, "credentials": vended.credentials}

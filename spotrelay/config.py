@@ -69,6 +69,7 @@ ENV_JOB_ROLE_ARN = "SPOTRELAY_JOB_ROLE_ARN"
 ENV_TABLE_ARN = "SPOTRELAY_TABLE_ARN"
 ENV_BUCKET_ARN = "SPOTRELAY_BUCKET_ARN"
 ENV_BUCKET_KEY_ARN = "SPOTRELAY_BUCKET_KEY_ARN"
+ENV_AGENT_LOG_GROUP_ARN = "SPOTRELAY_AGENT_LOG_GROUP_ARN"  # vend scopes a job's log streams within it
 ENV_VEND_FUNCTION = "SPOTRELAY_VEND_FUNCTION"  # the agent's: where it gets its job's credentials
 
 
@@ -156,6 +157,7 @@ class VendSettings(TableSettings):
     table_arn: str = Field(alias=ENV_TABLE_ARN, min_length=1)
     bucket_arn: str = Field(alias=ENV_BUCKET_ARN, min_length=1)
     bucket_key_arn: str = Field(alias=ENV_BUCKET_KEY_ARN, min_length=1)
+    agent_log_group_arn: str = Field(alias=ENV_AGENT_LOG_GROUP_ARN, min_length=1)
 
 
 SETTINGS_BY_FUNCTION: dict[str, type[FunctionSettings]] = {

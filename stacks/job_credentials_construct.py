@@ -4,9 +4,11 @@
   the `spotrelay-job-id` session tag). Its policy is `job_statements(JOB_ID_VARIABLE)`: every resource
   names the job of the session's tag, so a session is one job's even before Vend's session policy (the
   same statements with the literal job id) narrows it again. A chained session lasts an hour at most.
-- vend: sts:AssumeRole/TagSession of JobRole only; its GetItem is in `iam_construct`. It calls STS's
+- vend: sts:AssumeRole/TagSession of JobRole only, and logs:CreateLogStream in the agents' log group (it
+  makes each attempt's stream); its GetItem is in `iam_construct`. It calls STS's
   GetCallerIdentity with the caller's signature, which needs no permission of its own.
-- The worker instance role: lambda:InvokeFunction of vend only (the unqualified function ARN).
+- The worker instance role: lambda:InvokeFunction of vend only (the unqualified function ARN). It writes
+  no log stream: the agent ships its lines with the job's credentials, to the job's streams only.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -65,6 +68,8 @@ class JobCredentials(Construct):
         table: dynamodb.ITable,
         bucket: s3.IBucket,
         bucket_key: kms.IKey,
+        agent_logs: logs.ILogGroup,
+        agent_log_group_arn: str,
     ) -> None:
         super().__init__(scope, id)
         self.resources = JobResources(
@@ -72,6 +77,7 @@ class JobCredentials(Construct):
             table_arn=table.table_arn,
             bucket_key_arn=bucket_key.key_arn,
             region=Aws.REGION,
+            agent_log_group_arn=agent_log_group_arn,
         )
         self.job_role = iam.Role(
             self,
@@ -93,6 +99,7 @@ class JobCredentials(Construct):
         vend_role.add_to_principal_policy(
             iam.PolicyStatement(actions=["sts:AssumeRole", "sts:TagSession"], resources=[self.job_role.role_arn])
         )
+        agent_logs.grant(vend_role, "logs:CreateLogStream")  # each attempt's stream, before its agent writes
         worker_role.add_to_principal_policy(
             iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[vend.function_arn])
         )

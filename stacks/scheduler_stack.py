@@ -15,6 +15,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from spotrelay.config import (
+    ENV_AGENT_LOG_GROUP_ARN,
     ENV_ALLOWED_FAMILIES,
     ENV_BLOCK_MINUTES,
     ENV_BUCKET,
@@ -35,7 +36,7 @@ from spotrelay.config import (
     ENV_WORKER_ROLE_ARN,
 )
 from stacks.config import SpotRelayConfig
-from stacks.dashboard_construct import Dashboard
+from stacks.dashboard_construct import Dashboard, DeadLetterAlarms
 from stacks.events_construct import REBALANCE_RECOMMENDATION, SPOT_INTERRUPTION, EventRules
 from stacks.functions_construct import TIMEOUTS, Functions
 from stacks.iam_construct import FunctionPermissions
@@ -99,6 +100,7 @@ class SchedulerStack(Stack):
                 ENV_TABLE_ARN: self.storage.table.table_arn,
                 ENV_BUCKET_ARN: self.storage.bucket.bucket_arn,
                 ENV_BUCKET_KEY_ARN: self.storage.bucket_key.key_arn,
+                ENV_AGENT_LOG_GROUP_ARN: self.worker.log_group_arn,
             },
         )
         functions = self.functions.functions
@@ -111,6 +113,8 @@ class SchedulerStack(Stack):
             table=self.storage.table,
             bucket=self.storage.bucket,
             bucket_key=self.storage.bucket_key,
+            agent_logs=self.worker.log_group,
+            agent_log_group_arn=self.worker.log_group_arn,
         )
         vend_function_name.value = functions["vend"].function_name
         job_role_arn.value = self.job_credentials.job_role.role_arn
@@ -146,6 +150,13 @@ class SchedulerStack(Stack):
             reconcile=functions["reconcile"],
             depth_alarm=self.job_queue.depth_alarm,
             dead_letter_key=self.functions.dead_letter_key,
+        )
+        self.dead_letter_alarms = DeadLetterAlarms(
+            self,
+            "OperatorAlerts",
+            job_dead_letter_queue=self.job_queue.dead_letter_queue,
+            ec2_events_dead_letter_queue=self.functions.dead_letter_queues["ec2_events"],
+            event_target_dead_letter_queue=self.event_rules.dead_letter_queue,
         )
         Dashboard(
             self,

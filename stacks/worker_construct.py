@@ -7,15 +7,16 @@ The launch function picks the instance type, subnet and market per attempt and t
 - IMDSv2 only, hop limit 1 (a job's container, one hop further, gets no answer; the job's own user
   is rejected by an iptables rule), instance tags in IMDS: that is how the agent learns its job id and
   attempt - user data carries no job data and no secret;
-- the instance role reaches no job's data: the agent reads the wheel, writes its logs, and invokes
-  vend for its own job's credentials (spotrelay.control.vend); the job runs as `spotrelay-job`;
+- the instance role reaches no job's data: the agent reads the wheel and invokes vend for its own
+  job's credentials (spotrelay.control.vend), with which it reaches its job's records, checkpoints and
+  task token and ships its log lines to its job's streams; the job runs as `spotrelay-job`;
 - an encrypted gp3 root volume; shutdown from inside the instance terminates it;
 - a security group with no inbound rule (operators use SSM Session Manager, not SSH).
 """
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Stack
+from aws_cdk import ArnFormat, Aws, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -68,11 +69,19 @@ class Worker(Construct):
             log_group_name=agent_log_group_name(Stack.of(self).stack_name),
             retention=logs.RetentionDays.ONE_MONTH,
         )
+        # The group's own ARN (LogGroup.log_group_arn ends in `:*`): a job's credentials reach its streams
+        # within it (spotrelay.control.vend); the instance role writes none of them
+        self.log_group_arn = Stack.of(self).format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=self.log_group.log_group_name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
         self.role = iam.Role(
             self,
             "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description="spotrelay worker: the agent wheel, its logs, SSM, and invoking vend for its job's credentials",
+            description="spotrelay worker: the agent wheel, SSM, and invoking vend for its job's credentials",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
         )
         acknowledge(
@@ -129,7 +138,6 @@ class Worker(Construct):
             "User data installs the agent from the wheel(s) under agent/, whose file names carry their "
             "versions; read-only, and only that prefix.",
         )
-        self.log_group.grant_write(self.role)
 
 
 def _agent_user_data(

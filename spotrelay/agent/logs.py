@@ -13,6 +13,7 @@ The job's own output is forwarded line by line as `{"message": "job output", "li
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import sys
@@ -72,9 +73,31 @@ UNSHIPPED = "log lines not shipped while CloudWatch Logs did not take them (they
 SHIP_INTERVAL_SECONDS = 5
 
 
-def attempt_log_stream(job_id: str, attempt: int) -> str:
-    """The attempt's CloudWatch Logs stream (job ids are [A-Za-z0-9_-], so no ':' or '*' in it)."""
-    return f"{job_id}/{attempt:05d}"
+class EarlyLines(logging.Handler):
+    """The agent's lines from before it can ship them (it ships with the job's credentials, which vend gives
+    it first): kept in memory, at most `limit` of them (the newest), and handed to the shipper once there is
+    one. They are on stdout (the journal) all along."""
+
+    def __init__(self, limit: int = 1000) -> None:
+        super().__init__()
+        self.lines: collections.deque[logging.LogRecord] = collections.deque(maxlen=limit)
+
+    @classmethod
+    def attach(cls, logger: logging.Logger | None = None) -> EarlyLines:
+        early = cls()
+        (logger or logging.getLogger(LOGGER_NAME)).addHandler(early)
+        return early
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record)
+
+    def hand_to(self, shipper: logging.Handler | None, logger: logging.Logger | None = None) -> None:
+        """Stop keeping lines; give the shipper (if any) those kept, oldest first."""
+        (logger or logging.getLogger(LOGGER_NAME)).removeHandler(self)
+        kept, self.lines = list(self.lines), collections.deque(maxlen=1)
+        if shipper is not None:
+            for record in kept:
+                shipper.handle(record)
 
 
 def ship_to_cloudwatch(
@@ -84,13 +107,15 @@ def ship_to_cloudwatch(
     logger: logging.Logger | None = None,
     *,
     max_queued: int = MAX_QUEUED_LINES,
+    create_stream: bool = True,
 ) -> logging.Handler:
     """Send the agent's log lines (the job's output among them) to `log_group`/`stream` too, in batches
     from a background thread (watchtower); returns the handler, whose close() sends what is left. The log
     group is the stack's: never created here. Failures to deliver are warnings, never the job's problem:
     while CloudWatch Logs does not take them, at most `max_queued` lines wait (beyond watchtower's batch in
     flight), later ones are left to the journal and counted, and the stream says how many once lines flow
-    again. `logger`: the agent's (spotrelay.agent) unless given."""
+    again. `logger`: the agent's (spotrelay.agent) unless given. `create_stream=False`: the stream exists
+    already (vend made it: the job's credentials may write to it but not create it)."""
     import watchtower
 
     class BoundedHandler(watchtower.CloudWatchLogHandler):
@@ -146,23 +171,24 @@ def ship_to_cloudwatch(
                 self.release()
             super().close()  # type: ignore[no-untyped-call]
 
-    try:
-        # Here rather than by watchtower, which creates it only after a send fails, dropping what is logged
-        # meanwhile. An agent restarted for the same attempt finds it there.
-        client.create_log_stream(logGroupName=log_group, logStreamName=stream)
-    except client.exceptions.ResourceAlreadyExistsException:
-        pass
-    except Exception as e:  # shipping logs must never stop the job; watchtower tries again
-        logging.getLogger(LOGGER_NAME).warning(
-            "could not create the log stream", extra={"log_group": log_group, "stream": stream, "error": str(e)}
-        )
+    if create_stream:
+        try:
+            # Here rather than by watchtower, which creates it only after a send fails, dropping what is logged
+            # meanwhile. An agent restarted for the same attempt finds it there.
+            client.create_log_stream(logGroupName=log_group, logStreamName=stream)
+        except client.exceptions.ResourceAlreadyExistsException:
+            pass
+        except Exception as e:  # shipping logs must never stop the job; watchtower tries again
+            logging.getLogger(LOGGER_NAME).warning(
+                "could not create the log stream", extra={"log_group": log_group, "stream": stream, "error": str(e)}
+            )
     handler = BoundedHandler(
         log_group_name=log_group,
         log_stream_name=stream,
         boto3_client=client,
         send_interval=SHIP_INTERVAL_SECONDS,
         create_log_group=False,
-        create_log_stream=True,  # in case the call above failed
+        create_log_stream=create_stream,  # in case the call above failed
     )
     handler.setFormatter(JsonLineFormatter())
     (logger or logging.getLogger(LOGGER_NAME)).addHandler(handler)

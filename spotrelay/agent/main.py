@@ -7,8 +7,9 @@ or `SPOTRELAY_BUCKET`/`SPOTRELAY_TABLE` (the unit's environment; not secrets). R
 attempt record in DynamoDB, never from user data. Credentials: with `--vend-function`
 (`SPOTRELAY_VEND_FUNCTION`, the unit's), the job's own, from the vend function (spotrelay.aws.vend;
 asked again for a minute or two while Launch has not recorded the instance yet, and refreshed by botocore
-before they expire) for DynamoDB, S3 and Step Functions; the instance profile's (boto3's default chain)
-for the log lines and for asking vend. Without it, the default chain for everything (local runs).
+before they expire) for DynamoDB, S3, Step Functions and the log lines (vend creates the attempt's
+stream; the lines logged before vend answered are kept and shipped then); the instance profile's
+(boto3's default chain) only for asking vend. Without it, the default chain for everything (local runs).
 `AWS_ENDPOINT_URL` points every client at another endpoint (moto in tests). With `--job-user` (the
 unit's `spotrelay-job`) an agent running as root runs the job as that user, and refuses to start if
 there is no such user; an agent that is not root runs the job as itself. Logs:
@@ -32,17 +33,12 @@ from pydantic import BaseModel, ConfigDict
 
 from spotrelay.agent.agent import STANDBY_WAIT_SECONDS, Agent, AgentError, AgentSettings
 from spotrelay.agent.imds import DEFAULT_ENDPOINT, ImdsClient, ImdsError
-from spotrelay.agent.logs import (
-    AGENT_DONE,
-    JobLogger,
-    attempt_log_stream,
-    configure_json_logging,
-    ship_to_cloudwatch,
-)
+from spotrelay.agent.logs import AGENT_DONE, EarlyLines, JobLogger, configure_json_logging, ship_to_cloudwatch
 from spotrelay.agent.runner import JobUser
 from spotrelay.agent.state import DEFAULT_STATE_DIR
 from spotrelay.clock import SYSTEM_CLOCK, WaitingClock
 from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
+from spotrelay.control.vend import attempt_log_stream
 
 if TYPE_CHECKING:
     import boto3
@@ -161,23 +157,32 @@ def run_agent(options: AgentOptions) -> int:
             log.warning("no region from IMDS", extra={"error": str(e)})
     config = Config(region_name=region, retries={"mode": "standard", "max_attempts": 10})
     session = boto3.session.Session()
+    early = EarlyLines.attach() if options.log_group else None
     shipper = None
-    if options.log_group:
-        stream = attempt_log_stream(job_id, attempt)
-        try:
-            # One quick attempt per call: watchtower retries a batch itself (5 times), and a batch that
-            # blocked for minutes would queue the lines in memory next to the training process.
-            quick = Config(connect_timeout=3, read_timeout=5, retries={"mode": "standard", "max_attempts": 1})
-            logs = session.client("logs", config=config.merge(quick))
-            shipper = ship_to_cloudwatch(logs, options.log_group, stream)
-        except ImportError as e:  # an agent installed without the [agent] extra still runs the job
-            log.warning("log lines stay in the journal: no watchtower", extra={"error": str(e)})
     try:
         job_session = _job_session(options, log, region, session, config)
         if job_session is None:
-            return 1
+            return 1  # the lines so far stay in the journal: without the job's credentials none ships
+        if options.log_group:
+            stream = attempt_log_stream(job_id, attempt)
+            try:
+                # One quick attempt per call: watchtower retries a batch itself (5 times), and a batch that
+                # blocked for minutes would queue the lines in memory next to the training process.
+                quick = Config(connect_timeout=3, read_timeout=5, retries={"mode": "standard", "max_attempts": 1})
+                logs = job_session.client("logs", config=config.merge(quick))
+                # With vend the stream is vend's to create: the job's credentials may only write to it
+                shipper = ship_to_cloudwatch(
+                    logs, options.log_group, stream, create_stream=options.vend_function is None
+                )
+            except ImportError as e:  # an agent installed without the [agent] extra still runs the job
+                log.warning("log lines stay in the journal: no watchtower", extra={"error": str(e)})
+        if early is not None:
+            early.hand_to(shipper)
+            early = None
         return _run(options, log, imds, job_id, attempt, region, job_session, config, job_user)
     finally:
+        if early is not None:
+            early.hand_to(None)
         if shipper is not None:
             shipper.close()  # what is still queued goes out before the agent exits
 

@@ -22,7 +22,6 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 from pydantic import ValidationError
 
-from spotrelay.agent.logs import attempt_log_stream
 from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.wakeup import WAKEUP_SOURCE
@@ -30,6 +29,7 @@ from spotrelay.control.admission import AdmissionLimits, never_admitted
 from spotrelay.control.dispatcher import job_id_for
 from spotrelay.control.lifecycle import on_demand_cost
 from spotrelay.control.ports import NotFoundError
+from spotrelay.control.vend import attempt_log_stream
 from spotrelay.models import Attempt, Job, JobSpec
 
 if TYPE_CHECKING:

@@ -16,6 +16,7 @@ request lives 15 minutes (SigV4), and only ever proves the identity of whoever s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -31,7 +32,7 @@ from botocore.config import Config
 from botocore.credentials import CredentialProvider, ReadOnlyCredentials, RefreshableCredentials
 from botocore.exceptions import ClientError
 
-from spotrelay.control.vend import JobGrant, VendNotYet, VendRefused
+from spotrelay.control.vend import JobGrant, VendNotYet, VendRefused, attempt_log_stream
 
 if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
@@ -140,6 +141,24 @@ class StsJobRole:
             "token": credentials["SessionToken"],
             "expiry_time": credentials["Expiration"].astimezone(UTC).isoformat(),
         }
+
+
+class AgentLogStreams:
+    """The attempts' streams in the agents' log group: vend makes each before the agent writes to it (the
+    job's credentials may write to their job's streams, not create them)."""
+
+    def __init__(self, log_group_arn: str, client: Any = None) -> None:
+        # arn:<partition>:logs:<region>:<account>:log-group:<name>
+        self.log_group = log_group_arn.split(":log-group:", 1)[1]
+        self.client = client or boto3.client("logs")
+
+    def ensure(self, job_id: str, attempt: int) -> str:
+        """The attempt's stream, made if it is not there yet; returns its name."""
+        stream = attempt_log_stream(job_id, attempt)
+        # A refresh, or a restarted agent: the same stream, there already
+        with contextlib.suppress(self.client.exceptions.ResourceAlreadyExistsException):
+            self.client.create_log_stream(logGroupName=self.log_group, logStreamName=stream)
+        return stream
 
 
 # --- the agent's end ---------------------------------------------------------------------------------

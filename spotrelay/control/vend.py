@@ -80,6 +80,8 @@ class JobResources(BaseModel):
     table_arn: str
     bucket_key_arn: str
     region: str
+    # The worker agents' log group, as `arn:<partition>:logs:<region>:<account>:log-group:<name>` (no `:*`)
+    agent_log_group_arn: str
 
 
 class JobGrant(BaseModel):
@@ -140,6 +142,15 @@ def job_statements(job: str, resources: JobResources) -> list[dict[str, Any]]:
             "Condition": {"StringEquals": {"kms:ViaService": f"s3.{resources.region}.amazonaws.com"}},
         },
         {
+            # The agent ships its lines with the job's credentials, not the instance profile's, so an
+            # instance writes only its job's streams (`<job id>/<attempt>`, `attempt_log_stream`). Vend
+            # creates the stream (CreateLogStream is authorized on the log group, not the stream).
+            "Sid": "ThisJobsAgentLogStreams",
+            "Effect": "Allow",
+            "Action": "logs:PutLogEvents",
+            "Resource": f"{resources.agent_log_group_arn}:log-stream:{job}/*",
+        },
+        {
             "Sid": "TaskTokensTheTokenIsTheCapability",
             "Effect": "Allow",
             "Action": list(TASK_TOKEN_ACTIONS),
@@ -148,8 +159,16 @@ def job_statements(job: str, resources: JobResources) -> list[dict[str, Any]]:
     ]
 
 
+def attempt_log_stream(job_id: str, attempt: int) -> str:
+    """The attempt's agent log stream (job ids are [A-Za-z0-9_-], so no ':' or '*' in it)."""
+    return f"{job_id}/{attempt:05d}"
+
+
 def session_policy(job_id: str, resources: JobResources) -> dict[str, Any]:
-    return {"Version": "2012-10-17", "Statement": job_statements(job_id, resources)}
+    """The job role's statements with the literal job id. Without their Sids (the role's policy has them):
+    STS takes at most 2,048 characters of session policy, and a long stack name and job id come close."""
+    statements = [{k: v for k, v in statement.items() if k != "Sid"} for statement in job_statements(job_id, resources)]
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 def instance_of_caller(caller_arn: str, worker_role_arn: str) -> str:

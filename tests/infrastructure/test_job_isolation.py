@@ -82,6 +82,9 @@ def arns(synthesized: Synthesized) -> dict[str, str]:
         "key": f"<{synthesized.logical_id(storage.bucket_key)}.Arn>",
         "vend": f"<{synthesized.function_ids()['vend']}.Arn>",
         "job_role": f"<{synthesized.logical_id(synthesized.stack.job_credentials.job_role)}.Arn>",
+        # the agents' log group: as the job role names it (no `:*`), and as CloudFormation's Arn has it
+        "logs": render(synthesized.stack.resolve(synthesized.stack.worker.log_group_arn)),
+        "logs_arn": f"<{synthesized.logical_id(synthesized.stack.worker.log_group)}.Arn>",
     }
 
 
@@ -98,7 +101,11 @@ def instance_role(synthesized: Synthesized) -> list[dict[str, Any]]:
 def _session(job_id: str, arns: dict[str, str]) -> list[dict[str, Any]]:
     """The session policy vend writes for `job_id`, with the template's (rendered) ARNs."""
     resources = JobResources(
-        bucket_arn=arns["bucket"], table_arn=arns["table"], bucket_key_arn=arns["key"], region="<AWS::Region>"
+        bucket_arn=arns["bucket"],
+        table_arn=arns["table"],
+        bucket_key_arn=arns["key"],
+        region="<AWS::Region>",
+        agent_log_group_arn=arns["logs"],
     )
     statements: list[dict[str, Any]] = session_policy(job_id, resources)["Statement"]
     return statements
@@ -118,6 +125,7 @@ def _requests(job_id: str, arns: dict[str, str]) -> dict[str, Request]:
             "dynamodb:PutItem", table, {"dynamodb:LeadingKeys": [f"JOB#{job_id}"], "dynamodb:Attributes": POINTER}
         ),
         "decrypt": Request("kms:Decrypt", arns["key"], {"kms:ViaService": "s3.<AWS::Region>.amazonaws.com"}),
+        "ship log lines": Request("logs:PutLogEvents", f"{arns['logs']}:log-stream:{job_id}/00002"),
     }
 
 
@@ -183,6 +191,13 @@ def test_job_credentials_reach_neither_other_items_nor_the_indexes(
         "agent wheel": Request("s3:PutObject", f"{bucket}/agent/spotrelay-9.whl", a),
         # KMS directly (not through S3)
         "kms directly": Request("kms:Decrypt", arns["key"], a),
+        # Logs: a stream of a job whose id starts with A's, a stream outside the job's names, creating
+        # streams (vend makes them), reading them
+        "longer id stream": Request("logs:PutLogEvents", f"{arns['logs']}:log-stream:{JOB_A}x/00001", a),
+        "another stream": Request("logs:PutLogEvents", f"{arns['logs']}:log-stream:anything", a),
+        "create stream": Request("logs:CreateLogStream", f"{arns['logs']}:log-stream:{JOB_A}/00009", a),
+        "create in the group": Request("logs:CreateLogStream", arns["logs_arn"], a),
+        "read its stream": Request("logs:GetLogEvents", f"{arns['logs']}:log-stream:{JOB_A}/00001", a),
     }
     for what, request in refused.items():
         assert not allowed(request, job_role, session), what
@@ -210,6 +225,10 @@ def test_the_instance_role_alone_reaches_no_job_no_item_no_token(
     assert decision(instance_role, Request("s3:GetObject", f"{bucket}/jobs/{JOB_A}/x")) != "Allow"
     assert decision(instance_role, Request("s3:ListBucket", bucket, {"s3:prefix": "jobs/"})) != "Allow"
     assert decision(instance_role, Request("sts:AssumeRole", arns["job_role"])) != "Allow"
+    # It writes no log stream, its own job's included: the agent ships its lines with the job's credentials
+    for action in ("logs:PutLogEvents", "logs:CreateLogStream"):
+        for resource in (arns["logs_arn"], f"{arns['logs']}:log-stream:{JOB_A}/00001"):
+            assert decision(instance_role, Request(action, resource)) != "Allow", (action, resource)
     # What it may do: read the agent wheel, and invoke vend (the unqualified function only)
     assert decision(instance_role, Request("s3:GetObject", f"{bucket}/agent/spotrelay-1.0-py3-none-any.whl")) == "Allow"
     assert decision(instance_role, Request("lambda:InvokeFunction", arns["vend"])) == "Allow"
@@ -237,6 +256,9 @@ def test_only_vend_may_start_job_sessions_and_only_with_a_job_tag(
     assert decision(vend, Request("sts:AssumeRole", arns["job_role"])) == "Allow"
     assert decision(vend, Request("sts:AssumeRole", "<OtherRole.Arn>")) != "Allow"
     assert decision(vend, Request("dynamodb:GetItem", arns["table"])) == "Allow"
+    # It makes the attempts' log streams in the agents' group (and writes to none)
+    assert decision(vend, Request("logs:CreateLogStream", arns["logs_arn"])) == "Allow"
+    assert decision(vend, Request("logs:PutLogEvents", f"{arns['logs']}:log-stream:{JOB_A}/00001")) != "Allow"
     for action in ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"):
         assert decision(vend, Request(action, arns["table"])) != "Allow", action
     assert decision(vend, Request("s3:GetObject", f"{arns['bucket']}/jobs/{JOB_A}/x")) != "Allow"
@@ -249,6 +271,8 @@ def test_the_session_policy_fits_sts_limits_for_the_longest_job_id(arns: dict[st
         table_arn="arn:aws-us-gov:dynamodb:us-gov-west-1:123456789012:table/SpotRelay-StorageTableB43FDCE7-ABCDEFGHIJKLM",
         bucket_key_arn="arn:aws-us-gov:kms:us-gov-west-1:123456789012:key/0e7d3a4c-1b2f-4c5d-8e9f-0a1b2c3d4e5f",
         region="us-gov-west-1",
+        # a stack name is at most 128 characters (stacks.worker_construct.agent_log_group_name)
+        agent_log_group_arn=f"arn:aws-us-gov:logs:us-gov-west-1:123456789012:log-group:/spotrelay/{'S' * 128}/agent",
     )
     # STS: a session policy's plaintext is at most 2,048 characters
     assert len(json.dumps(session_policy(longest, resources), separators=(",", ":"))) <= 2048

@@ -28,6 +28,7 @@ from fakes import FakeClock
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.workflow import execution_arn
 from spotrelay.config import (
+    ENV_AGENT_LOG_GROUP_ARN,
     ENV_ALLOWED_FAMILIES,
     ENV_BLOCK_MINUTES,
     ENV_BUCKET_ARN,
@@ -354,6 +355,7 @@ def function_environment(queues: Queues, lifecycle: Lifecycle, network: Network)
         ENV_TABLE_ARN: f"arn:aws:dynamodb:us-east-1:123456789012:table/{TABLE}",
         ENV_BUCKET_ARN: "arn:aws:s3:::spotrelay-checkpoints",
         ENV_BUCKET_KEY_ARN: "arn:aws:kms:us-east-1:123456789012:key/0e7d3a4c-1b2f-4c5d-8e9f-0a1b2c3d4e5f",
+        ENV_AGENT_LOG_GROUP_ARN: "arn:aws:logs:us-east-1:123456789012:log-group:/spotrelay/SpotRelay/agents",
     }
 
 

@@ -81,7 +81,13 @@ def test_the_signed_identity_names_the_instance_and_its_job_gets_credentials(
         records=recorded,
         sessions=StsJobRole(job_role, boto3.client("sts")),
         worker_role_arn=worker_role,
-        resources=JobResources(bucket_arn=f"arn:aws:s3:::{bucket}", table_arn="t", bucket_key_arn="k", region=REGION),
+        resources=JobResources(
+            bucket_arn=f"arn:aws:s3:::{bucket}",
+            table_arn="t",
+            bucket_key_arn="k",
+            region=REGION,
+            agent_log_group_arn="g",
+        ),
     )
     # Then the job's credentials, whose session is the job attempt's
     assert vended.grant.job_id == JOB
@@ -100,7 +106,9 @@ def test_another_role_or_an_unknown_instance_gets_nothing(recorded: DynamoJobSto
         "records": recorded,
         "sessions": StsJobRole(_role("JobRole"), boto3.client("sts")),
         "worker_role_arn": worker_role,
-        "resources": JobResources(bucket_arn="b", table_arn="t", bucket_key_arn="k", region=REGION),
+        "resources": JobResources(
+            bucket_arn="b", table_arn="t", bucket_key_arn="k", region=REGION, agent_log_group_arn="g"
+        ),
     }
     with pytest.raises(VendRefused, match="not a session of the worker role"):
         vend_step(_headers(_instance_session(other)), **arguments)

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from spotrelay.agent.logs import JobLogger, attempt_log_stream, ship_to_cloudwatch
+from spotrelay.agent.logs import JobLogger, ship_to_cloudwatch
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.catalog import INSTANCE_TYPES
 from spotrelay.cli import app, jobs
 from spotrelay.config import TAG_JOB_ID
+from spotrelay.control.vend import attempt_log_stream
 from spotrelay.local import LocalRuntime, LocalStack, VirtualClock
 from spotrelay.market import MarketBuilder
 from spotrelay.models import JobState

@@ -18,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 import spotrelay.agent.logs
-from spotrelay.agent.logs import AGENT_DONE, UNSHIPPED, JobLogger, ship_to_cloudwatch
+from spotrelay.agent.logs import AGENT_DONE, UNSHIPPED, EarlyLines, JobLogger, ship_to_cloudwatch
 
 
 class StalledLogs:
@@ -200,3 +200,60 @@ def test_lines_logged_while_watchtower_recreates_the_stream_are_shipped(monkeypa
         client.created.set()
     # Then every line arrives, in order
     assert [event.get("line") for event in client.shipped] == ["first", *(f"during {n}" for n in range(20))]
+
+
+class WriteOnlyLogs(StalledLogs):
+    """CloudWatch Logs as the job's credentials see it: they may write to their stream, not create one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recover.set()
+        self.created: list[str] = []
+
+    def create_log_stream(self, **kwargs: Any) -> dict[str, Any]:
+        self.created.append(kwargs["logStreamName"])
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "CreateLogStream")
+
+
+def test_lines_from_before_the_job_credentials_are_shipped_first_and_no_stream_is_created(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given the agent's first lines, logged while it waits for vend (nothing ships yet)
+    monkeypatch.setattr(spotrelay.agent.logs, "SHIP_INTERVAL_SECONDS", 0.05)
+    logger = logging.getLogger("test.agent.shipping.early")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    stamps = OneLinePerMillisecond()
+    logger.addFilter(stamps)
+    log = JobLogger("job-1", 1, logger)
+    early = EarlyLines.attach(logger)
+    for n in range(3):
+        log.info("asking vend", extra={"line": f"early {n}"})
+    # When vend answers, and the agent ships with the job's credentials to the stream vend made
+    client = WriteOnlyLogs()
+    handler = ship_to_cloudwatch(client, "/spotrelay/SpotRelay/agent", "job-1/00001", logger, create_stream=False)
+    early.hand_to(handler, logger)
+    log.info("job output", extra={"line": "later"})
+    handler.close()
+    logger.removeHandler(handler)
+    logger.removeFilter(stamps)
+    # Then the stream holds the early lines first, then the rest; and the agent never tried to create it
+    assert [event.get("line") for event in client.shipped] == ["early 0", "early 1", "early 2", "later"]
+    assert client.created == []
+    assert early not in logger.handlers
+
+
+def test_early_lines_are_bounded_to_the_newest() -> None:
+    logger = logging.getLogger("test.agent.shipping.bounded")
+    logger.propagate = False
+    early = EarlyLines(limit=5)
+    logger.addHandler(early)
+    for n in range(12):
+        logger.warning("line %d", n)
+    received: list[str] = []
+    shipper = logging.Handler()
+    shipper.emit = lambda record: received.append(record.getMessage())  # type: ignore[method-assign]
+    early.hand_to(shipper, logger)
+    logger.warning("after")  # no longer kept: the shipper is the logger's handler from here
+    assert received == [f"line {n}" for n in range(7, 12)]
+    assert early not in logger.handlers

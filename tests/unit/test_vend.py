@@ -24,7 +24,11 @@ WORKER_ROLE = "arn:aws:iam::123456789012:role/SpotRelay-WorkerInstanceRole03ED0B
 INSTANCE = "i-0123456789abcdef0"
 JOB = "llama-lora-0123456789ab"
 RESOURCES = JobResources(
-    bucket_arn="arn:aws:s3:::bucket", table_arn="arn:aws:dynamodb:r:1:table/t", bucket_key_arn="arn:k", region="r"
+    bucket_arn="arn:aws:s3:::bucket",
+    table_arn="arn:aws:dynamodb:r:1:table/t",
+    bucket_key_arn="arn:k",
+    region="r",
+    agent_log_group_arn="arn:aws:logs:r:1:log-group:agents",
 )
 
 
