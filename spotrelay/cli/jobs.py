@@ -532,16 +532,22 @@ def _estimate_note(status: JobStatus, prices: PriceHistories, now: datetime) -> 
 
 
 def after_patience(status: JobStatus, now: datetime, costs: JobCost | None = None) -> str:
-    """What Place does with the waiting job once its `max_wait_hours` are spent, by asking `place()` itself
+    """What Place does with the waiting job once its `max_wait_hours` are spent: for a job EC2 throttles,
+    NoCapacity (spotrelay.control.lifecycle.waiting_on_throttling); else by asking `place()` itself
     then (spotrelay.control.lifecycle.placement_now with `out_of_patience`), with no spot at all: the job's
     work done, its budget left (its cost so far: `costs`, else at launch prices) and the stack's GPU
     families (`status.allowed_families`; None: not known)."""
-    allowed_families = status.allowed_families
-    spent = costs.total_usd if costs is not None else status.cost(now)
-    from spotrelay.control.lifecycle import catalog_on_demand_prices, launchable_types
+    from spotrelay.control.lifecycle import catalog_on_demand_prices, launchable_types, waiting_on_throttling
     from spotrelay.policy import place
 
     job = status.job
+    if waiting_on_throttling(job):
+        return (
+            "it fails with NoCapacity if EC2 still throttles its launches then (throttling is per account and "
+            "Region: on-demand launches are throttled alike)"
+        )
+    allowed_families = status.allowed_families
+    spent = costs.total_usd if costs is not None else status.cost(now)
     spec, limits = job.spec, job.spec.limits
     assert job.waiting_since is not None
     types = launchable_types(spec, allowed_families)

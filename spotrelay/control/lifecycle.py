@@ -270,6 +270,16 @@ def _no_capacity(job: Job, waited_hours: float, last: str) -> StepResult:
     )
 
 
+THROTTLED_NOTE = "EC2 throttled RunInstances"  # how `_note_throttled`'s reason starts
+
+
+def waiting_on_throttling(job: Job) -> bool:
+    """Whether what the job waits on is EC2 throttling its launches (`_note_throttled`), not capacity: once
+    its patience is spent it fails NoCapacity (`_wait_after_throttling`), on-demand fallback or not, since
+    EC2 throttles the on-demand launches of the account and Region alike."""
+    return job.waiting_reason is not None and job.waiting_reason.startswith(THROTTLED_NOTE)
+
+
 def launch_throttled(job: Job) -> bool:
     """Whether the job is back at Place from a Run task whose launch EC2 throttled past its retries. Launch
     notes a throttled launch as why the job waits (`waiting_reason`, on the LAUNCHING job: `_note_throttled`);
@@ -531,7 +541,7 @@ def _note_throttled(throttled: LaunchThrottled, now: datetime) -> Callable[[Job]
     """A change for `update_job`: the LAUNCHING job waits because EC2 throttled its launch (`launch_throttled`),
     since now unless it waited already. Written once a round: the retries find it noted."""
     reason = printable(
-        f"EC2 throttled RunInstances ({throttled}): throttling is per account and Region, no pool is blocked",
+        f"{THROTTLED_NOTE} ({throttled}): throttling is per account and Region, no pool is blocked",
         MAX_FAILURE_REASON_CHARS // 2,
     )
 

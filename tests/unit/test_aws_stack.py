@@ -359,6 +359,34 @@ def test_status_of_a_live_job_says_why_it_left_its_last_attempt() -> None:
     assert not any(line.startswith("  last recovery") for line in describe_status(JobStatus(ended, []), now))
 
 
+def test_status_of_a_job_waiting_on_ec2_throttling_says_it_fails_with_no_capacity_not_on_demand() -> None:
+    from spotrelay.cli.jobs import describe_status
+    from spotrelay.control.lifecycle import THROTTLED_NOTE
+
+    # Given a job with on-demand fallback (which a capacity wait would take) waiting because EC2 throttles
+    # RunInstances (Launch's note)
+    now = datetime(2026, 11, 30, 13, tzinfo=UTC)
+    limits = SPEC.limits.model_copy(update={"deadline_hours": 30.0, "on_demand_fallback": True})
+    job = Job(
+        job_id="train-0123456789ab",
+        spec=SPEC.model_copy(update={"limits": limits, "work_hours": 10.0}),
+        state=JobState.WAITING,
+        submitted_at=now - timedelta(hours=1),
+        updated_at=now,
+        waiting_since=now - timedelta(hours=1),
+        waiting_reason=f"{THROTTLED_NOTE} (RequestLimitExceeded): throttling is per account and Region",
+    )
+    # When its status is described
+    [line] = [line for line in describe_status(JobStatus(job, [], ("g6",)), now) if line.startswith("  waiting since")]
+    # Then it says the job fails with NoCapacity once its patience is spent, as Place does (not "on-demand")
+    assert "at 2026-12-01 12:00 UTC (limits.max_wait_hours 24)" in line
+    assert line.endswith(
+        "it fails with NoCapacity if EC2 still throttles its launches then (throttling is per "
+        "account and Region: on-demand launches are throttled alike)"
+    )
+    assert "on-demand (" not in line
+
+
 @pytest.mark.parametrize(
     ("update", "families", "then"),
     [
