@@ -74,7 +74,9 @@ class SpotRelayConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    stack_name: str = Field(default="SpotRelay", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,100}$")
+    # At most 64 characters: a job's session policy (spotrelay.control.vend) names the stack's table twice and
+    # its log group once, and STS takes 2,048 characters of it
+    stack_name: str = Field(default="SpotRelay", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
     vpc_id: str | None = Field(default=None, pattern=r"^vpc-[0-9a-f]{8,17}$")
     subnets: tuple[SubnetConfig, ...] = ()
     allowed_gpu_families: tuple[str, ...] = Field(default=DEFAULT_GPU_FAMILIES, min_length=1)

@@ -824,11 +824,14 @@ def recover_step(
     ):
         return StepResult(action="wait_checkpoint", wait_seconds=FINAL_CHECKPOINT_POLL_SECONDS)
 
-    if current.instance_id is not None:
-        compute.terminate([current.instance_id])  # a failed job's or a silent instance's: stop the bill
+    # Closed before its instance is terminated: the instance's `shutting-down` may be handled (ec2_events)
+    # before this step goes on, and must find the attempt closed, not a spot instance going away unwarned (an
+    # interruption). A retry finds it closed and terminates again (idempotent).
     closed, closed_now = update_attempt(
         store, job_id, current.attempt, lambda fresh: close_attempt(fresh, kind.outcome, now, pointer)
     )
+    if current.instance_id is not None:
+        compute.terminate([current.instance_id])  # a failed job's or a silent instance's: stop the bill
     if closed_now and closed.pool.market is Market.SPOT:  # the interruption statistics are of spot pools
         interrupted = kind.is_interruption and closed.interrupted_at is None  # ec2_events counted warnings
         store.record_pool_usage(closed.pool, closed.runtime_hours(now), int(interrupted))

@@ -98,9 +98,11 @@ class JobGrant(BaseModel):
     duration_seconds: int = SESSION_SECONDS
 
 
-def job_statements(job: str, resources: JobResources) -> list[dict[str, Any]]:
-    """The IAM statements of one job's credentials; `job` is a job id or `JOB_ID_VARIABLE`."""
+def job_statements(job: str, resources: JobResources, attempt: int | None = None) -> list[dict[str, Any]]:
+    """The IAM statements of one job's credentials; `job` is a job id or `JOB_ID_VARIABLE`. With `attempt`,
+    the log lines go to that attempt's stream only (else to any of the job's)."""
     prefix = f"{CHECKPOINT_PREFIX}{job}/"
+    streams = f"{job}/*" if attempt is None else attempt_log_stream(job, attempt)
     return [
         {
             "Sid": "ThisJobsCheckpointObjects",
@@ -148,7 +150,7 @@ def job_statements(job: str, resources: JobResources) -> list[dict[str, Any]]:
             "Sid": "ThisJobsAgentLogStreams",
             "Effect": "Allow",
             "Action": "logs:PutLogEvents",
-            "Resource": f"{resources.agent_log_group_arn}:log-stream:{job}/*",
+            "Resource": f"{resources.agent_log_group_arn}:log-stream:{streams}",
         },
         {
             "Sid": "TaskTokensTheTokenIsTheCapability",
@@ -164,10 +166,13 @@ def attempt_log_stream(job_id: str, attempt: int) -> str:
     return f"{job_id}/{attempt:05d}"
 
 
-def session_policy(job_id: str, resources: JobResources) -> dict[str, Any]:
-    """The job role's statements with the literal job id. Without their Sids (the role's policy has them):
-    STS takes at most 2,048 characters of session policy, and a long stack name and job id come close."""
-    statements = [{k: v for k, v in statement.items() if k != "Sid"} for statement in job_statements(job_id, resources)]
+def session_policy(job_id: str, resources: JobResources, attempt: int | None = None) -> dict[str, Any]:
+    """The job role's statements with the literal job id (and the attempt's own log stream). Without their
+    Sids (the role's policy has them): STS takes at most 2,048 characters of session policy, and the longest
+    stack name (64 characters, stacks.config) and job id come close."""
+    statements = [
+        {k: v for k, v in statement.items() if k != "Sid"} for statement in job_statements(job_id, resources, attempt)
+    ]
     return {"Version": "2012-10-17", "Statement": statements}
 
 
@@ -212,7 +217,7 @@ def grant_for(instance_id: str, ref: InstanceRef | None, attempt: Attempt | None
         instance_id=instance_id,
         session_name=session_name(ref.job_id, ref.attempt),
         session_tags={SESSION_TAG_JOB_ID: ref.job_id},
-        session_policy=session_policy(ref.job_id, resources),
+        session_policy=session_policy(ref.job_id, resources, ref.attempt),
     )
 
 

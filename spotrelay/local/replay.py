@@ -16,7 +16,8 @@ What the replay does (and AWS would):
   heartbeats, and its report on the task token; the job is a simulated process (spotrelay.local.sim_job);
 - interrupts as the market says (`SpotMarket.interruption_time`: the pool's capacity goes, or its price
   rises above the launch's MaxPrice): the interruption warning two minutes before (EventBridge and the
-  instance's IMDS), the agent's final checkpoint and SendTaskFailure, the `terminated` state change then;
+  instance's IMDS), the agent's final checkpoint and SendTaskFailure, the `shutting-down` state change then
+  (and `terminated` 30 s later);
 - injects the scenario's recorded events at their times, bound to the named job's attempt (its
   `detail.instance-id` and instance ARN replaced); an injected warning, rebalance or termination acts
   on the simulated worker as it would on a real instance;
@@ -827,7 +828,8 @@ class Replay:
 
     def _settle_bills(self) -> None:
         """Every job has ended; the `terminated` state changes of their last instances are still on their way
-        (spotrelay.local.workers sends one TERMINATED_AFTER TerminateInstances). Run on until the last of them
+        (spotrelay.local.workers sends one TERMINATED_AFTER their `shutting-down`, which settles the bill, but
+        may itself be retried or redriven). Run on until the last of them
         is out, so that the report's costs are the bills settled at each instance's end
         (spotrelay.models.billing), as `spotrelay cost` shows them once the events are handled. (A replay cut
         short by its horizon reports what was known then.)"""

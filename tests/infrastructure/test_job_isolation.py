@@ -8,11 +8,14 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from infrastructure.policy_eval import Request, allowed, decision, statement_applies
 from infrastructure.synth import Synthesized, render, statements
 from spotrelay.agent import IMDS_ADDRESS, JOB_USER
 from spotrelay.control.vend import SESSION_TAG_JOB_ID, JobResources, session_policy
+from stacks.config import SpotRelayConfig
+from stacks.worker_construct import agent_log_group_name
 
 JOB_A = "train-a-0123456789ab"
 JOB_B = "train-b-ba9876543210"
@@ -264,18 +267,39 @@ def test_only_vend_may_start_job_sessions_and_only_with_a_job_tag(
     assert decision(vend, Request("s3:GetObject", f"{arns['bucket']}/jobs/{JOB_A}/x")) != "Allow"
 
 
-def test_the_session_policy_fits_sts_limits_for_the_longest_job_id(arns: dict[str, str]) -> None:
+def test_the_session_policy_fits_sts_limits_for_the_longest_job_id_and_stack_name() -> None:
     longest = f"{'n' * 60}-0123456789ab"
+    # The longest stack name the config takes (stacks.config: 64 characters), in every name CloudFormation
+    # derives from it: the table's, the bucket's (at most 63 characters), the agents' log group's
+    stack = "S" + "s" * 63
+    assert SpotRelayConfig(stack_name=stack).stack_name == stack
+    with pytest.raises(ValidationError, match="stack_name"):
+        SpotRelayConfig(stack_name=stack + "s")
     resources = JobResources(
-        bucket_arn="arn:aws-us-gov:s3:::spotrelay-storagecheckpointbucket217d3ce2-abcdefghijkl",
-        table_arn="arn:aws-us-gov:dynamodb:us-gov-west-1:123456789012:table/SpotRelay-StorageTableB43FDCE7-ABCDEFGHIJKLM",
+        bucket_arn=f"arn:aws-us-gov:s3:::{(stack.lower() + '-storagecheckpointbucket217d3ce2-abcdefghijkl')[:63]}",
+        table_arn=f"arn:aws-us-gov:dynamodb:us-gov-west-1:123456789012:table/{stack}-StorageTableB43FDCE7-ABCDEFGHIJKLM",
         bucket_key_arn="arn:aws-us-gov:kms:us-gov-west-1:123456789012:key/0e7d3a4c-1b2f-4c5d-8e9f-0a1b2c3d4e5f",
         region="us-gov-west-1",
-        # a stack name is at most 128 characters (stacks.worker_construct.agent_log_group_name)
-        agent_log_group_arn=f"arn:aws-us-gov:logs:us-gov-west-1:123456789012:log-group:/spotrelay/{'S' * 128}/agent",
+        agent_log_group_arn=f"arn:aws-us-gov:logs:us-gov-west-1:123456789012:log-group:{agent_log_group_name(stack)}",
     )
     # STS: a session policy's plaintext is at most 2,048 characters
-    assert len(json.dumps(session_policy(longest, resources), separators=(",", ":"))) <= 2048
+    assert len(json.dumps(session_policy(longest, resources, 99999), separators=(",", ":"))) <= 2048
+
+
+def test_the_session_policy_writes_only_the_attempts_own_log_stream(arns: dict[str, str]) -> None:
+    # Given job A's attempt 2 session (its role's policy with A's tag, and vend's session policy for attempt 2)
+    resources = JobResources(
+        bucket_arn=arns["bucket"],
+        table_arn=arns["table"],
+        bucket_key_arn=arns["key"],
+        region="<AWS::Region>",
+        agent_log_group_arn=arns["logs"],
+    )
+    session = session_policy(JOB_A, resources, 2)["Statement"]
+    stream = f"{arns['logs']}:log-stream:{JOB_A}"
+    # Then it writes attempt 2's stream, and not attempt 1's (no forged lines in an earlier attempt's log)
+    assert decision(session, _with(Request("logs:PutLogEvents", f"{stream}/00002"), _as_job(JOB_A))) == "Allow"
+    assert decision(session, _with(Request("logs:PutLogEvents", f"{stream}/00001"), _as_job(JOB_A))) != "Allow"
 
 
 def test_launch_template_requires_imdsv2_with_hop_limit_one(synthesized: Synthesized) -> None:

@@ -404,3 +404,18 @@ def test_the_control_plane_down_for_30_minutes_loses_no_job(replayed: Replayed) 
     assert archive.detail["failed"] == 0
     assert result.to_json()["operator"][0]["run"] == "redrive-dlq"
     assert any("control plane back" in e.text for e in result.timeline)
+
+
+def test_a_job_that_crashes_on_spot_restarts_in_the_same_pool_and_counts_no_interruption(replayed: Replayed) -> None:
+    # Given a spot job whose code exits 3 twenty minutes in (Recover terminates its instance, whose
+    # `shutting-down` is handled while Recover goes on)
+    result = replayed("job-crash-restarts")
+    entry = job(result, "crashy")
+    # Then it restarts in the same cheapest pool: its own crash blocked nothing
+    assert pools(entry) == [
+        ("g6.xlarge", "us-east-1a", "spot", "FAILED"),
+        ("g6.xlarge", "us-east-1a", "spot", "SUCCEEDED"),
+    ]
+    # And the job counts no interruption
+    [crashy] = [j for j in result.jobs if j.name == "crashy"]
+    assert crashy.interruptions == 0
