@@ -100,8 +100,9 @@ class LocalAlarm(CloudFormationModel):
         cloudwatch_backends[account_id][region_name].delete_alarms([resource_name])
 
 
-class LocalQueuePolicy(CloudFormationModel):
-    """AWS::SQS::QueuePolicy: sets each queue's `Policy` attribute."""
+class _NamedOnly:
+    """What a model whose resource has no name of its own (a policy, metadata) shares: its logical id is its
+    physical id. A mixin: moto looks for models among the direct subclasses of CloudFormationModel."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -110,13 +111,17 @@ class LocalQueuePolicy(CloudFormationModel):
     def cloudformation_name_type() -> str:
         return ""
 
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::SQS::QueuePolicy"
-
     @property
     def physical_resource_id(self) -> str:
         return self.name
+
+
+class LocalQueuePolicy(_NamedOnly, CloudFormationModel):
+    """AWS::SQS::QueuePolicy: sets each queue's `Policy` attribute."""
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::SQS::QueuePolicy"
 
     @classmethod
     def create_from_cloudformation_json(
@@ -138,23 +143,12 @@ class LocalQueuePolicy(CloudFormationModel):
         return cls(resource_name)
 
 
-class LocalBucketPolicy(CloudFormationModel):
+class LocalBucketPolicy(_NamedOnly, CloudFormationModel):
     """AWS::S3::BucketPolicy: puts the bucket's policy."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""
 
     @staticmethod
     def cloudformation_type() -> str:
         return "AWS::S3::BucketPolicy"
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.name
 
     @classmethod
     def create_from_cloudformation_json(
@@ -176,23 +170,12 @@ class LocalBucketPolicy(CloudFormationModel):
         return cls(resource_name)
 
 
-class LocalTopicPolicy(CloudFormationModel):
+class LocalTopicPolicy(_NamedOnly, CloudFormationModel):
     """AWS::SNS::TopicPolicy: sets each topic's `Policy` attribute."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""
 
     @staticmethod
     def cloudformation_type() -> str:
         return "AWS::SNS::TopicPolicy"
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.name
 
     @classmethod
     def create_from_cloudformation_json(
@@ -213,23 +196,12 @@ class LocalTopicPolicy(CloudFormationModel):
         return cls(resource_name)
 
 
-class LocalCdkMetadata(CloudFormationModel):
+class LocalCdkMetadata(_NamedOnly, CloudFormationModel):
     """AWS::CDK::Metadata: nothing to create."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""
 
     @staticmethod
     def cloudformation_type() -> str:
         return "AWS::CDK::Metadata"
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.name
 
     @classmethod
     def create_from_cloudformation_json(

@@ -101,8 +101,8 @@ def instance_role(synthesized: Synthesized) -> list[dict[str, Any]]:
     return _role_statements(synthesized, synthesized.stack.worker.role)
 
 
-def _session(job_id: str, arns: dict[str, str]) -> list[dict[str, Any]]:
-    """The session policy vend writes for `job_id`, with the template's (rendered) ARNs."""
+def _session(job_id: str, arns: dict[str, str], attempt: int | None = None) -> list[dict[str, Any]]:
+    """The session policy vend writes for `job_id` (`attempt`), with the template's (rendered) ARNs."""
     resources = JobResources(
         bucket_arn=arns["bucket"],
         table_arn=arns["table"],
@@ -110,7 +110,7 @@ def _session(job_id: str, arns: dict[str, str]) -> list[dict[str, Any]]:
         region="<AWS::Region>",
         agent_log_group_arn=arns["logs"],
     )
-    statements: list[dict[str, Any]] = session_policy(job_id, resources)["Statement"]
+    statements: list[dict[str, Any]] = session_policy(job_id, resources, attempt)["Statement"]
     return statements
 
 
@@ -288,14 +288,7 @@ def test_the_session_policy_fits_sts_limits_for_the_longest_job_id_and_stack_nam
 
 def test_the_session_policy_writes_only_the_attempts_own_log_stream(arns: dict[str, str]) -> None:
     # Given job A's attempt 2 session (its role's policy with A's tag, and vend's session policy for attempt 2)
-    resources = JobResources(
-        bucket_arn=arns["bucket"],
-        table_arn=arns["table"],
-        bucket_key_arn=arns["key"],
-        region="<AWS::Region>",
-        agent_log_group_arn=arns["logs"],
-    )
-    session = session_policy(JOB_A, resources, 2)["Statement"]
+    session = _session(JOB_A, arns, 2)
     stream = f"{arns['logs']}:log-stream:{JOB_A}"
     # Then it writes attempt 2's stream, and not attempt 1's (no forged lines in an earlier attempt's log)
     assert decision(session, _with(Request("logs:PutLogEvents", f"{stream}/00002"), _as_job(JOB_A))) == "Allow"
