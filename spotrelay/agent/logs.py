@@ -94,7 +94,8 @@ class EarlyLines(logging.Handler):
     def hand_to(self, shipper: logging.Handler | None, logger: logging.Logger | None = None) -> None:
         """Stop keeping lines; give the shipper (if any) those kept, oldest first."""
         (logger or logging.getLogger(LOGGER_NAME)).removeHandler(self)
-        kept, self.lines = list(self.lines), collections.deque(maxlen=1)
+        kept = list(self.lines)
+        self.lines.clear()
         if shipper is not None:
             for record in kept:
                 shipper.handle(record)
