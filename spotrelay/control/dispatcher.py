@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from spotrelay.control.admission import AdmissionLimits, admit, live_usd_per_hour
+from spotrelay.control.admission import AdmissionLimits, AdmissionPlan, admit, live_usd_per_hour
 from spotrelay.control.jobs import update_job
 from spotrelay.control.ports import (
     Clock,
@@ -323,9 +323,13 @@ def dispatch(
         else:
             (accepted if became == "accepted" else rejected).append(job_id)
 
-    queued, active = store.queued_jobs(MAX_QUEUED_CONSIDERED), store.active_jobs()
-    live_spend = None if compute is None else _live_spend(active, store=store, compute=compute, clock=clock)
-    plan = admit(queued, active, limits, live_spend)
+    queued = store.queued_jobs(MAX_QUEUED_CONSIDERED)
+    if queued:
+        active = store.active_jobs()
+        live_spend = None if compute is None else _live_spend(active, store=store, compute=compute, clock=clock)
+        plan = admit(queued, active, limits, live_spend)
+    else:  # most scheduled runs: nothing waits, so what runs (its records, its pools' prices) is not read
+        plan = AdmissionPlan(admitted=(), held=(), impossible=())
     admitted: list[str] = []
     admission_errors: dict[str, str] = {}
     for job in plan.admitted:

@@ -62,10 +62,16 @@ serializer was most of their cost)
   whole response class at every request).
 - `AttributePicker.__call__`: the keys the serializer's alias providers offer for a member are
   remembered per (object class and `Meta`, key, shape); a DescribeInstances asked them thousands of times.
+  A picker's response transformers still apply to the value found, as moto applies them.
 - `jsonpath_ng.ext.parse` (and the names moto's Step Functions imported it under, with
   `jsonpath_ng.parse`): a path's text is parsed once (each call built the PLY parser's tables anew).
 - `dynamodb Table.query` and `.all_items`: a Query's candidates are its partition's items (an index
   Query: the items whose index hash attributes match), not every item of the table sorted.
+- botocore's `session.create_loader`: one data loader per search path for every session (each new session
+  decoded the service models' JSON again: 90 ms for its first DynamoDB client); the shared loader's search
+  paths ignore the duplicate each boto3 Session appends.
+- `lambda_eval_utils.boto_client_for`: a Lambda task's client, one per region and service (moto made one per
+  task, always with the same fixed keys).
 - botocore's `SigV4Auth.canonical_request` and `.signature`: requests carry a fixed signature under the
   real credential scope; moto checks no signature, it reads the account and region from the scope.
 
@@ -103,6 +109,7 @@ from typing import Any, Protocol, cast
 import jsonpath_ng
 import jsonpath_ng.ext
 import moto
+from botocore import session as botocore_session
 from botocore.auth import SigV4Auth
 from moto.awslambda.models import LambdaFunction
 from moto.cloudformation.models import Stack as CfnStack
@@ -130,6 +137,7 @@ from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
 from moto.stepfunctions.parser.asl.component.common.path import result_path as sfn_result_path
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils as sfn_lambda_eval
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp import Timestamp
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.eval import environment as sfn_environment
@@ -332,7 +340,13 @@ EXPECTED: tuple[Expected, ...] = (
         AttributePicker,
         "__call__",
         "(self, context: 'AttributePickerContext') -> 'Any'",
-        ("for possible_key in self.get_possible_keys(context):", 'key_path = f"{context.key_path}.{context.key}"'),
+        (
+            "for possible_key in self.get_possible_keys(context):",
+            'key_path = f"{context.key_path}.{context.key}"',
+            "for transform_path, transform in self.response_transformers.items():",
+            "if key_path.endswith(transform_path):",
+            "value = transform(value)",
+        ),
     ),
     Expected(  # each alias provider reads only these of the object: its Meta and its class's name
         moto_serialize,
@@ -352,6 +366,25 @@ EXPECTED: tuple[Expected, ...] = (
         ),
     ),
     Expected(SigV4Auth, "canonical_request", "(self, request)"),
+    Expected(  # botocore: a session's loader is made by this module-level name, on first use
+        botocore_session.Session,
+        "_register_data_loader",
+        "(self)",
+        ("lambda: create_loader(self.get_config_variable('data_path')),",),
+    ),
+    Expected(botocore_session, "create_loader", "(search_path_string=None)"),
+    Expected(  # moto's Lambda tasks ask this name (imported into the module) for their client
+        sfn_lambda_eval,
+        "_invoke_lambda_function",
+        None,
+        ("lambda_client = boto_client_for(", 'service="lambda", region=region, state_credentials=state_credentials'),
+    ),
+    Expected(
+        sfn_lambda_eval,
+        "boto_client_for",
+        "(region: str, service: str, state_credentials: Any = None) -> botocore.client.BaseClient",
+        ('aws_access_key_id="ak",', 'aws_secret_access_key="sk",'),
+    ),
     Expected(  # a query reads its candidates from all_items() and sorts them itself afterwards
         DynamoTable,
         "query",
@@ -1137,25 +1170,39 @@ def _patch_speed(patcher: _Patcher) -> None:
     # (a DescribeInstances of 4 instances: about 4,000 times), which keys to try. Their answer depends
     # only on the object's class and `Meta`, the key and the shape (and the shape's parent): remembered
     # per those, with the shape kept alive so that its id cannot be reused by another
-    original_call: Callable[[AttributePicker, AttributePickerContext], Any] = patcher.original(
-        AttributePicker, "__call__"
-    )
     keys_known: dict[tuple[Any, ...], tuple[Any, tuple[str, ...]]] = {}
+    # A response class's transformers (its RESPONSE_KEY_PATH_TO_TRANSFORMER), kept alive, with how many it had,
+    # and per key path the transformer's path that applies (or None): moto tried each suffix at every member.
+    # Some responses add a transformer to the class's dict at a request (EC2's VPC peering): a new count
+    # starts afresh
+    transforms_known: dict[int, tuple[Mapping[str, Any], int, dict[str, str | None]]] = {}
 
     def pick(self: AttributePicker, context: AttributePickerContext) -> Any:
         obj, shape = context.obj, context.shape
-        if self.response_transformers:
-            return original_call(self, context)
         cache_key: tuple[Any, ...] = (type(self), tuple(self.alias_providers), type(obj), getattr(obj, "Meta", None))
         cache_key += (context.key, id(shape), id(getattr(shape, "parent", None)))
         known = keys_known.get(cache_key)
         if known is None or known[0] is not shape:
             known = keys_known[cache_key] = (shape, tuple(self.get_possible_keys(context)))
+        value = None
         for possible_key in known[1]:
-            value = moto_get_value(obj, possible_key, MOTO_MISSING)
-            if value is not MOTO_MISSING:
-                return value
-        return None
+            found = moto_get_value(obj, possible_key, MOTO_MISSING)
+            if found is not MOTO_MISSING:
+                value = found
+                break
+        transformers = self.response_transformers
+        if transformers:  # as moto applies them: the first whose path ends the member's, found once per path
+            known_paths = transforms_known.get(id(transformers))
+            if known_paths is None or known_paths[0] is not transformers or known_paths[1] != len(transformers):
+                known_paths = transforms_known[id(transformers)] = (transformers, len(transformers), {})
+            key_path = f"{context.key_path}.{context.key}"  # shape names and keys: a bounded set
+            if key_path in known_paths[2]:
+                path = known_paths[2][key_path]
+            else:
+                path = known_paths[2][key_path] = next((p for p in transformers if key_path.endswith(p)), None)
+            if path is not None:
+                return transformers[path](value)  # looked up now: a response may set its own at each request
+        return value
 
     patcher.replace(AttributePicker, "__call__", pick)
 
@@ -1184,7 +1231,51 @@ def _patch_speed(patcher: _Patcher) -> None:
     patcher.replace(SigV4Auth, "canonical_request", lambda self, request: f"{request.method} {request.url}")
     patcher.replace(SigV4Auth, "signature", lambda self, string_to_sign, request: "0" * 64)
 
+    _patch_clients(patcher)
     _patch_dynamodb_query(patcher)
+
+
+class _SearchPaths(list[str]):
+    """A shared loader's search paths: each boto3 Session appends its own data directory to its loader's
+    list, which, shared, would grow by one entry per session."""
+
+    def append(self, path: str) -> None:
+        if path not in self:
+            super().append(path)
+
+
+def _patch_clients(patcher: _Patcher) -> None:
+    """Clients made in less time: a replay makes hundreds (an instance's job-scoped clients, and one per
+    Lambda task of every execution)."""
+    # Every botocore Session made its own data loader, so every session's first client read and decoded the
+    # service model's JSON again (a DynamoDB client of a new session: about 90 ms). The loader's files are
+    # read-only data; one loader per search path serves every session
+    original_loader: Callable[..., Any] = patcher.original(botocore_session, "create_loader")
+    loaders: dict[str | None, Any] = {}
+
+    def create_loader(search_path_string: str | None = None) -> Any:
+        loader = loaders.get(search_path_string)
+        if loader is None:
+            loader = loaders[search_path_string] = original_loader(search_path_string)
+            loader._search_paths = _SearchPaths(loader.search_paths)
+        return loader
+
+    patcher.replace(botocore_session, "create_loader", create_loader)
+
+    # moto's Step Functions makes a new boto3 client for every Lambda task it runs (about 9 ms), always with
+    # the same fixed keys (it ignores the task's credentials): one per region and service, reused
+    original_client: Callable[..., Any] = patcher.original(sfn_lambda_eval, "boto_client_for")
+    clients: dict[tuple[str, str], Any] = {}
+    lock = threading.Lock()
+
+    def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
+        with lock:
+            client = clients.get((region, service))
+            if client is None:
+                client = clients[(region, service)] = original_client(region, service)
+        return client
+
+    patcher.replace(sfn_lambda_eval, "boto_client_for", boto_client_for)
 
 
 _QUERY_SCOPE = threading.local()  # (table, its candidates) while this thread's Query runs

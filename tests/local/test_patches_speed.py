@@ -154,3 +154,43 @@ def test_a_json_template_reads_as_the_dict_cloudformation_reads_from_yaml(synthe
         }  # YAML is still YAML
     finally:
         patcher.undo()
+
+
+def test_ec2_answers_as_stock_moto_answers_with_its_response_transformers() -> None:
+    with mock_aws():
+        # Given tagged on-demand and spot instances
+        ec2: Any = boto3.client("ec2", region_name=REGION)
+        image = ec2.describe_images()["Images"][0]["ImageId"]
+        tags = [{"ResourceType": "instance", "Tags": [{"Key": "spotrelay:job", "Value": "train-1"}]}]
+        ec2.run_instances(ImageId=image, MinCount=2, MaxCount=2, InstanceType="p3.2xlarge", TagSpecifications=tags)
+        spot = {"MarketType": "spot"}
+        ec2.run_instances(
+            ImageId=image,
+            MinCount=1,
+            MaxCount=1,
+            InstanceType="g5.xlarge",
+            InstanceMarketOptions=spot,
+            TagSpecifications=tags,
+        )
+
+        def answers() -> list[Any]:  # XML, with moto's response transformers (Image.CreationDate is one)
+            return [
+                ec2.describe_instances(Filters=[{"Name": "tag-key", "Values": ["spotrelay:job"]}])["Reservations"],
+                ec2.describe_instance_status(IncludeAllInstances=True)["InstanceStatuses"],
+                ec2.describe_tags()["Tags"],
+                ec2.describe_images(ImageIds=[image])["Images"],
+            ]
+
+        # When the same instances are described by stock moto, then with the speed patches
+        stock = answers()
+        patcher = patches._Patcher()
+        patches._patch_speed(patcher)
+        try:
+            fast, again = answers(), answers()  # the second from what the first remembered
+        finally:
+            patcher.undo()
+    # Then every answer is the same, the values moto's transformers write included
+    assert fast == stock
+    assert again == stock
+    assert [i.get("InstanceLifecycle") for r in fast[0] for i in r["Instances"]] == [None, None, "spot"]
+    assert isinstance(fast[3][0]["CreationDate"], str)

@@ -185,6 +185,27 @@ def test_admission_starts_one_execution_per_admitted_job_named_by_the_job_id_and
     assert world.job("second-msg2").state is JobState.PLACING
 
 
+def test_a_run_with_nothing_queued_reads_neither_the_running_jobs_nor_spot_prices() -> None:
+    # Given a running job and an empty queue (most scheduled runs), with the reads it would make set to fail
+    world = World()
+    send(world, name="running")
+    world.dispatch()
+    world.store.fail_next["active_jobs"] = RuntimeError("active_jobs was read")
+    world.compute.fail_next["spot_prices"] = RuntimeError("spot prices were read")
+    # When the dispatcher runs
+    report = world.dispatch(limits(max_concurrent_jobs=1))
+    # Then it admits nothing and reads neither (the faults are still pending)
+    assert report.admitted == []
+    assert report.held == {}
+    assert set(world.store.fail_next) == {"active_jobs"}
+    assert set(world.compute.fail_next) == {"spot_prices"}
+    # And with a job waiting, the running one takes its room again
+    world.store.fail_next.clear()
+    send(world, name="waiting")
+    report = world.dispatch(limits(max_concurrent_jobs=1))
+    assert report.held == {"waiting-msg2": "max_concurrent_jobs 1 reached"}
+
+
 def test_admission_follows_priority_across_messages() -> None:
     # Given a normal job and, sent after it, a high-priority one, with room for one
     world = World()
