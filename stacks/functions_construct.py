@@ -1,9 +1,13 @@
 """The nine Lambda functions: one shared code asset, the Powertools layer, one role each.
 
-Code: ONE asset of the repository root holding only `spotrelay/` and `functions/` (built by copying
-files: no Docker, no bundling). Dependencies come from the runtime (boto3) and the Powertools layer
-(Powertools and pydantic v2). Nothing else is installed: a handler must not import what needs
-`spotrelay`'s other dependencies (the CLI's typer and rich, PyYAML) at module level.
+Code: ONE asset of the repository root holding exactly the handler modules (`functions/<name>.py`)
+and the modules of ours they import at run time, transitively, with the packages on the way
+(`runtime_imports`, an AST walk: imports inside functions count, those under `if TYPE_CHECKING:` do
+not). It is computed at every synth, so a new import lands in the asset by itself, and what only the
+CLI, the local runtime, the benchmark or the agent use stays out. Built by copying files: no Docker, no
+bundling. Dependencies come from the runtime (boto3) and the Powertools layer (Powertools and pydantic
+v2). Nothing else is installed: a handler must not import what needs `spotrelay`'s other dependencies
+(the CLI's typer and rich, PyYAML) at module level.
 
 Environment: exactly the keys of the function's settings model (`SETTINGS_BY_FUNCTION[name]`,
 validated at the function's cold start) plus the Powertools/log-level keys. A settings field the
@@ -23,8 +27,9 @@ events (the schedule, the queue-depth alarm) need none: the next schedule does t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
+import ast
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path, PurePosixPath
 
 from aws_cdk import CfnOutput, Duration, Fn, Stack
 from aws_cdk import aws_iam as iam
@@ -60,20 +65,6 @@ DEAD_LETTER_RETENTION = Duration.days(14)  # SQS's longest: two weeks to notice 
 # Keys the stack sets on every function, next to the settings model's keys.
 POWERTOOLS_KEYS = ("POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", "LOG_LEVEL")
 
-# The asset is the repository root minus everything but spotrelay/ and functions/ (glob rules, the last
-# matching rule wins; ".*" because "*" does not match dot-files such as .venv or .git).
-ASSET_EXCLUDES = (
-    "*",
-    ".*",
-    "!spotrelay",
-    "!spotrelay/**",
-    "!functions",
-    "!functions/**",
-    "**/__pycache__",
-    "**/*.pyc",
-    "**/.*",
-)
-
 DESCRIPTIONS = {
     "dispatcher": "Admits queued jobs within quotas, budget and max concurrency; starts their JobLifecycle",
     "place": "Ranks the GPU pools that fit a job and picks one (JobLifecycle Place)",
@@ -89,6 +80,93 @@ DESCRIPTIONS = {
 
 def pascal(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
+
+
+def handler_modules() -> tuple[str, ...]:
+    """The module each function's handler lives in (`functions.place`, ...)."""
+    return tuple(f"functions.{name}" for name in FUNCTION_NAMES)
+
+
+def runtime_imports(code_root: Path, entry_points: Iterable[str]) -> frozenset[str]:
+    """The modules under `code_root` that importing `entry_points` can run: the entry points, every
+    module they import (at module level or inside a function: a lazy import runs on Lambda too),
+    transitively, and every package on the way (importing `a.b.c` runs `a/__init__.py` and
+    `a/b/__init__.py`, whose own imports count). Imports under `if TYPE_CHECKING:` never run and do not
+    count; modules outside `code_root` (boto3, Powertools, pydantic) come from the runtime and the layer.
+    A module imported by a computed name (`importlib.import_module(name)`) is not seen: our code has none."""
+    found: set[str] = set()
+    pending = list(entry_points)
+    while pending:
+        name = pending.pop()
+        source = _source(code_root, name)
+        if name in found or source is None:
+            continue
+        found.add(name)
+        parts = name.split(".")
+        pending.extend(".".join(parts[:end]) for end in range(1, len(parts)))
+        package = name if source.name == "__init__.py" else ".".join(parts[:-1])
+        pending.extend(_imported_names(source, package))
+    return frozenset(found)
+
+
+def _source(code_root: Path, module: str) -> Path | None:
+    """The file `module` is loaded from, if it is under `code_root` (None for a class or constant
+    imported by `from module import Name`, and for modules from elsewhere)."""
+    base = code_root.joinpath(*module.split("."))
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported_names(source: Path, package: str) -> Iterator[str]:
+    """What the import statements of `source` (a module of `package`) name that can run: each module,
+    and for `from m import x` also `m.x` (which may be a submodule; `runtime_imports` drops it if not)."""
+    for node in _run_time_nodes(ast.parse(source.read_text(), filename=str(source))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = parts[: len(parts) - node.level + 1] if node.level else []  # `from .. import x`
+            origin = ".".join([*base, *([node.module] if node.module else [])])
+            yield origin
+            yield from (f"{origin}.{alias.name}" for alias in node.names)
+
+
+def _run_time_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node of the tree except the bodies of `if TYPE_CHECKING:` (their `else:` does run)."""
+    for child in ast.iter_child_nodes(node):
+        yield child
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            for orelse in child.orelse:
+                yield orelse
+                yield from _run_time_nodes(orelse)
+        else:
+            yield from _run_time_nodes(child)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def asset_files(code_root: Path) -> tuple[str, ...]:
+    """The asset's files, relative to `code_root`: the sources of `runtime_imports` of the handlers."""
+    modules = runtime_imports(code_root, handler_modules())
+    sources = (_source(code_root, module) for module in modules)
+    return tuple(sorted(source.relative_to(code_root).as_posix() for source in sources if source is not None))
+
+
+def asset_excludes(files: Iterable[str]) -> list[str]:
+    """CDK exclude globs that keep exactly `files` (and their directories) of the asset's root.
+
+    The last matching rule wins; a pattern without a slash matches a name in any directory. So "*" and
+    ".*" (which "*" does not cover: .venv, .git) exclude everything, then a "!" rule takes back each
+    directory on the way to a kept file (CDK does not look inside an excluded directory) and the file."""
+    kept = sorted(files)
+    directories = sorted({str(parent) for file in kept for parent in PurePosixPath(file).parents} - {"."})
+    return ["*", ".*", *(f"!{directory}" for directory in directories), *(f"!{file}" for file in kept)]
 
 
 class Functions(Construct):
@@ -111,7 +189,7 @@ class Functions(Construct):
         self.layer = lambda_.LayerVersion.from_layer_version_arn(
             self, "PowertoolsLayer", Fn.sub(layer_arn) if "${" in layer_arn else layer_arn
         )
-        self.code = lambda_.Code.from_asset(str(code_root), exclude=list(ASSET_EXCLUDES))
+        self.code = lambda_.Code.from_asset(str(code_root), exclude=asset_excludes(asset_files(code_root)))
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
