@@ -22,6 +22,7 @@ from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.workflow import StepFunctionsWorkflow
 from spotrelay.config import Ec2EventsSettings
 from spotrelay.control.ec2_events import Ec2Event, MalformedEvent, handle_ec2_event
+from spotrelay.field_problems import field_problems
 
 settings = Ec2EventsSettings.from_env(os.environ)
 logger = Logger()
@@ -77,7 +78,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
 def _malformed(event: Any, error: Exception) -> dict[str, Any]:
     metrics.add_metric(name="MalformedEvents", unit=MetricUnit.Count, value=1)
-    reason = str(error)[:MAX_REASON_CHARS]
+    problem = "; ".join(field_problems(error, show_input=True)) if isinstance(error, ValidationError) else str(error)
+    reason = problem[:MAX_REASON_CHARS]
     logger.warning(
         "malformed event acknowledged",
         extra={"error": reason, "event_id": event.get("id") if isinstance(event, dict) else None},

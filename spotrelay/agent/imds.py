@@ -23,6 +23,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spotrelay.field_problems import field_problems
+
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 TOKEN_PATH = "/latest/api/token"
 TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
@@ -152,4 +154,4 @@ def _parse(model: type[_Notice], body: str, path: str) -> _Notice:
     except json.JSONDecodeError as e:
         raise ImdsError(f"IMDS {path}: not JSON ({e.msg})") from e
     except ValidationError as e:
-        raise ImdsError(f"IMDS {path}: unexpected shape ({e.errors()[0]['msg']})") from e
+        raise ImdsError(f"IMDS {path}: unexpected shape ({'; '.join(field_problems(e, at_most=1))})") from e

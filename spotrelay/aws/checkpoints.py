@@ -34,6 +34,7 @@ from s3transfer.subscribers import BaseSubscriber
 
 from spotrelay.agent.checkpoints import CheckpointIntegrityError, TransferCancelled
 from spotrelay.clock import ClockEvent
+from spotrelay.field_problems import field_problems
 from spotrelay.models import CheckpointManifest
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ class S3CheckpointStorage:
         try:
             return CheckpointManifest.model_validate_json(body)
         except ValidationError as e:
-            raise CheckpointIntegrityError(key, [f"not a manifest: {e.errors()[0]['msg']}"]) from e
+            raise CheckpointIntegrityError(key, [f"not a manifest: {'; '.join(field_problems(e, at_most=1))}"]) from e
 
     def last_modified(self, keys: Sequence[str]) -> dict[str, datetime]:
         """When each object was written (HeadObject, in parallel)."""

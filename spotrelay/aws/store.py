@@ -59,6 +59,7 @@ from spotrelay.control.ports import (
     NotFoundError,
     UnreadableRecordError,
 )
+from spotrelay.field_problems import field_problems
 from spotrelay.models import Attempt, Job, JobState, Pool
 from spotrelay.policy import BlockedPool, PoolObservation
 
@@ -152,10 +153,7 @@ class Release:
 
 def _unreadable_reason(error: Exception, model: str = "Job") -> str:
     if isinstance(error, ValidationError):
-        problems = error.errors()
-        shown = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(record)'}: {e['msg']}" for e in problems[:5])
-        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-        text = f"does not read as a {model} ({shown}{more})"
+        text = f"does not read as a {model} ({'; '.join(field_problems(error, at_most=5))})"
     elif isinstance(error, KeyError):
         text = f"has no {error} attribute of the expected type"
     else:

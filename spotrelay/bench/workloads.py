@@ -33,12 +33,10 @@ Workloads:
 from __future__ import annotations
 
 import csv
-import difflib
 import io
 import math
 import random
 import re
-import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -49,6 +47,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from spotrelay.bench.sim import BenchJob
 from spotrelay.catalog import INSTANCE_TYPES, family_of, relative_speed
+from spotrelay.field_problems import (
+    PROBLEMS_SHOWN,
+    Loc,
+    SpecFieldError,
+    and_more,
+    field_path,
+    field_problem,
+    field_problems,
+    one_line,
+    shown,
+    unknown_key,
+)
 from spotrelay.market import (
     AvailabilityTrace,
     MarketBuilder,
@@ -65,7 +75,6 @@ from spotrelay.models import JobSpec, JobSpecError, PriceQuote, RecoveryStrategy
 from spotrelay.models.job_spec import (
     DEFAULT_RESTART_OVERHEAD_MINUTES,
     JOB_SPEC_LIMITS,
-    SpecFieldError,
     decode_document,
     read_document,
 )
@@ -582,7 +591,7 @@ class _JobEntry(BaseModel):
         return None if value is None else parse_duration(value)
 
 
-def _price(value: object, field: str, *, zero_allowed: bool) -> float:
+def _price(value: object, below: Loc, *, zero_allowed: bool) -> float:
     """USD per hour: a finite number, >= 0 (spot: the market takes a free pool) or > 0 (on-demand)."""
     allowed = ">= 0" if zero_allowed else "> 0"
     if (
@@ -592,17 +601,17 @@ def _price(value: object, field: str, *, zero_allowed: bool) -> float:
         or value < 0
         or (value == 0 and not zero_allowed)
     ):
-        raise SpecFieldError(field, f"{value!r} is not a price; allowed: USD per hour, a number {allowed}")
+        raise SpecFieldError(below, f"{shown(value)} is not a price; allowed: USD per hour, a number {allowed}")
     return float(value)
 
 
-def _prices_by_type(value: object, field: str, *, zero_allowed: bool) -> dict[str, float]:
+def _prices_by_type(value: object, *, zero_allowed: bool) -> dict[str, float]:
     if not isinstance(value, dict):
-        raise SpecFieldError(field, f"expected {{instance type: USD per hour}}, got {value!r}")
+        raise ValueError(f"expected {{instance type: USD per hour}}, got {shown(value)}")
     for name in value:
         if name not in INSTANCE_TYPES:
-            raise SpecFieldError(f"{field}.{name}", "not an instance type in the catalog")
-    return {name: _price(price, f"{field}.{name}", zero_allowed=zero_allowed) for name, price in value.items()}
+            raise SpecFieldError((name,), "not an instance type in the catalog")
+    return {name: _price(price, (name,), zero_allowed=zero_allowed) for name, price in value.items()}
 
 
 class _WorkloadFile(BaseModel):
@@ -620,18 +629,17 @@ class _WorkloadFile(BaseModel):
     @classmethod
     def _spot_prices(cls, value: object) -> float | dict[str, float] | None:
         """One price for every traced type, or one per type (the market takes >= 0: the builder's rule)."""
-        field = "spot_price_usd_per_hour"
         if value is None or isinstance(value, dict):
-            return None if value is None else _prices_by_type(value, field, zero_allowed=True)
+            return None if value is None else _prices_by_type(value, zero_allowed=True)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return _price(value, field, zero_allowed=True)
-        raise SpecFieldError(field, f"{value!r} is not a price; allowed: a number >= 0, or {{instance type: number}}")
+            return _price(value, (), zero_allowed=True)
+        raise ValueError(f"{shown(value)} is not a price; allowed: a number >= 0, or {{instance type: number}}")
 
     @field_validator("on_demand_usd_per_hour", mode="before")
     @classmethod
     def _on_demand_prices(cls, value: object) -> dict[str, float]:
         """> 0: a type priced 0 would be left out of the jobs' on-demand choices (as one with no price)."""
-        return _prices_by_type(value, "on_demand_usd_per_hour", zero_allowed=False)
+        return _prices_by_type(value, zero_allowed=False)
 
 
 # A workload file is read as a job file is (spotrelay.models.job_spec): bounded before and while it is parsed
@@ -648,64 +656,22 @@ def _entry_label(index: int, entry: object) -> str:
     return f"jobs[{index}] ({name})" if isinstance(name, str) and name else f"jobs[{index}]"
 
 
-def _location(loc: Sequence[str | int]) -> str:
-    """`jobs[0].repeat.count`: list indexes in brackets, keys after dots."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else f"{'.' if text else ''}{part}"
-    return text
-
-
-def _unknown_key(field: str, allowed: Sequence[str], listed: str | None = None) -> str:
-    """`field: unknown key (did you mean ...?); allowed: ...`; `listed`: the allowed keys as said, if not a list."""
-    key = field.rsplit(".", 1)[-1]
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    return f"{field}: unknown key{hint}; allowed: {listed or ', '.join(allowed)}"
-
-
 # A job entry's keys, as an unknown one's message lists them.
 ENTRY_KEYS = f"{', '.join(SPEC_KEYS)} (the job spec), {', '.join(BENCH_KEYS)} (the bench)"
-
-
-def _model_at(model: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
-    """The model of the mapping at `loc` under `model` (for the keys allowed there)."""
-    current: type[BaseModel] | None = model
-    for part in loc:
-        if current is None or isinstance(part, int):
-            continue
-        field_info = current.model_fields.get(part)
-        annotation = field_info.annotation if field_info is not None else None
-        candidates = (annotation, *typing.get_args(annotation))
-        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-    return current
 
 
 def _file_problem(err: Mapping[str, Any], document: object) -> str:
     """One pydantic error of a workload file as `where: what is wrong and what is allowed`; a job entry's
     error as `jobs[0] (name): field: ...`, as the job spec's own errors read."""
-    loc: tuple[str | int, ...] = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
-    model: type[BaseModel] = _WorkloadFile
-    prefix = ""
-    if len(loc) >= 2 and loc[0] == "jobs" and isinstance(loc[1], int):
-        entries = document.get("jobs") if isinstance(document, dict) else None
-        entry = entries[loc[1]] if isinstance(entries, list) and loc[1] < len(entries) else None
-        prefix, model, loc = _entry_label(loc[1], entry), _JobEntry, loc[2:]
-    ctx_error = err.get("ctx", {}).get("error")
-    if isinstance(ctx_error, SpecFieldError):
-        problem = f"{ctx_error.field}: {ctx_error}"
-    elif err["type"] == "extra_forbidden":
-        here = _model_at(model, loc[:-1])
-        problem = _unknown_key(_location(loc), list(here.model_fields) if here is not None else [])
-    elif err["type"] in {"model_type", "model_attributes_type"} and not loc:
-        keys = ENTRY_KEYS if model is _JobEntry else ", ".join(model.model_fields)
-        problem = f"expected a mapping of keys ({keys}), got {type(err['input']).__name__}"
-    else:
-        message = "required" if err["type"] == "missing" else str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] not in {"missing", "value_error"} and not isinstance(err.get("input"), dict | list):
-            message += f" (got {err.get('input')!r})"
-        problem = f"{_location(loc)}: {message}" if loc else message
-    return f"{prefix}: {problem}" if prefix else problem
+    loc = err["loc"]
+    if not (len(loc) >= 2 and loc[0] == "jobs" and isinstance(loc[1], int)):
+        return field_problem(err, model=_WorkloadFile, show_input=True)
+    entries = document.get("jobs") if isinstance(document, dict) else None
+    entry = entries[loc[1]] if isinstance(entries, list) and loc[1] < len(entries) else None
+    label, within = _entry_label(loc[1], entry), loc[2:]
+    if not within and err["type"] in {"model_type", "model_attributes_type"}:
+        return f"{label}: expected a mapping of keys ({ENTRY_KEYS}), got {type(err['input']).__name__}"
+    return f"{label}: {field_problem({**err, 'loc': within}, model=_JobEntry, show_input=True)}"
 
 
 def _entry_spec(index: int, entry: _JobEntry) -> tuple[JobSpec | None, list[str]]:
@@ -714,7 +680,7 @@ def _entry_spec(index: int, entry: _JobEntry) -> tuple[JobSpec | None, list[str]
     raw = dict(entry.model_extra or {})
     label = _entry_label(index, raw)
     problems = [
-        f"{label}: {_unknown_key(str(key), [*SPEC_KEYS, *BENCH_KEYS], ENTRY_KEYS)}"
+        one_line(f"{label}: {field_path((key,))}: {unknown_key(key, [*SPEC_KEYS, *BENCH_KEYS], ENTRY_KEYS)}")
         for key in raw
         if key not in SPEC_KEYS
     ]
@@ -832,7 +798,8 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
     except JobSpecError as e:
         raise WorkloadError(str(e)) from None
     except ValidationError as e:
-        raise WorkloadError(f"{path}: {'; '.join(_file_problem(err, document) for err in e.errors())}") from None
+        file_problems = field_problems(e, describe=lambda err: _file_problem(err, document))
+        raise WorkloadError(f"{path}: {'; '.join(file_problems)}") from None
     specs: list[JobSpec] = []
     problems: list[str] = []
     for index, entry in enumerate(parsed.jobs):
@@ -841,7 +808,7 @@ def load_workload_file(path: str | Path, inputs: BenchInputs) -> Workload:
         if spec is not None:
             specs.append(spec)
     if problems:
-        raise WorkloadError(f"{path}: {'; '.join(problems)}")
+        raise WorkloadError(f"{path}: {'; '.join(and_more(problems[:PROBLEMS_SHOWN], len(problems)))}")
 
     traced_zones = sorted({p.zone for p in inputs.traces})
     untraced = [z for z in parsed.zones or () if z not in traced_zones]

@@ -55,6 +55,7 @@ from spotrelay.control.ports import (
     UnreadableRecordError,
     Workflow,
 )
+from spotrelay.field_problems import Loc, field_path
 from spotrelay.models import Attempt, Job, JobSpec, JobSpecError, JobState, Market, ensure_transition, parse_job_spec
 from spotrelay.models.billing import SeriesKey, series_key
 from spotrelay.models.job_spec import JOB_SPEC_LIMITS, decode_json
@@ -178,27 +179,27 @@ def _refuse_unstorable_text(body: str, data: Any) -> None:
     """Refuse (`_Unreadable`) text no record can store: an unpaired surrogate (a lone \\udXXX escape)."""
     if not (_SURROGATE.search(body) or _SURROGATE_ESCAPE.search(body)):
         return
-    where = _unpaired_surrogate_at(data, "")
-    if where is not None:
+    loc = _unpaired_surrogate_at(data, ())
+    if loc is not None:
+        where = f"{field_path(loc)}: " if loc else ""  # no path: the body is one JSON string
         raise _Unreadable(
-            f"{where}: holds an unpaired UTF-16 surrogate (a lone \\ud800-\\udfff escape), which no record can "
+            f"{where}holds an unpaired UTF-16 surrogate (a lone \\ud800-\\udfff escape), which no record can "
             "store; use valid Unicode text (a character beyond U+FFFF is escaped as a pair, e.g. \\ud83d\\ude00)"
         )
 
 
-def _unpaired_surrogate_at(value: Any, path: str) -> str | None:
-    """The field path (as a spec error names it) of the first key or text with an unpaired surrogate."""
+def _unpaired_surrogate_at(value: Any, loc: Loc) -> Loc | None:
+    """Where (as a spec error names a field) the first key or text with an unpaired surrogate is."""
     if isinstance(value, str):
-        return (path or "(top level)") if _SURROGATE.search(value) else None
-    items: list[tuple[str, Any]] = []
+        return loc if _SURROGATE.search(value) else None
+    items: list[tuple[Loc, Any]] = []
     if isinstance(value, dict):
         for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
             if _SURROGATE.search(str(key)):
-                return where
-            items.append((where, item))
+                return (*loc, str(key))
+            items.append(((*loc, str(key)), item))
     elif isinstance(value, list):
-        items = [(f"{path}.{i}" if path else str(i), item) for i, item in enumerate(value)]
+        items = [((*loc, i), item) for i, item in enumerate(value)]
     for where, item in items:
         found = _unpaired_surrogate_at(item, where)
         if found is not None:

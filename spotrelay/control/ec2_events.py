@@ -52,6 +52,7 @@ from spotrelay.config import ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
 from spotrelay.control.jobs import ask_handover, mark_running, update_attempt, update_job, withdraw_handover
 from spotrelay.control.lifecycle import account, close_standby
 from spotrelay.control.ports import Compute, JobStore, NotFoundError, Workflow
+from spotrelay.field_problems import field_problems
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PriceQuote, ensure_transition
 from spotrelay.models.billing import billing_end, settle
 from spotrelay.policy import BlockedPool
@@ -219,7 +220,8 @@ def handle_ec2_event(
     try:
         detail = kind.detail_model.model_validate(event.detail)
     except ValidationError as e:
-        raise MalformedEvent(f"{kind.name} event {event.id}: {e.errors(include_url=False)}") from None
+        problems = "; ".join(field_problems(e, show_input=True))
+        raise MalformedEvent(f"{kind.name} event {event.id}: {problems}") from None
     ref = store.get_instance_ref(detail.instance_id)
     if ref is None:
         return EventOutcome(

@@ -12,9 +12,10 @@ from datetime import datetime
 from typing import Protocol
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from spotrelay.clock import Clock as Clock  # the port, re-exported for the core's modules
+from spotrelay.field_problems import Loc, SpecFieldError, field_problems
 from spotrelay.models import Attempt, Job, Pool, PriceQuote
 from spotrelay.policy import BlockedPool, PoolObservation
 
@@ -42,8 +43,10 @@ class UnreadableRecordError(ValidationError):
     @classmethod
     def of(cls, record: str, error: ValidationError) -> UnreadableRecordError:
         """`record` (what it is) does not read back, as `error` (pydantic's, reading it) says."""
+        # a validator's SpecFieldError names a field below the error's own: kept in the location, as the
+        # error itself (the context) is not
         lines: list[InitErrorDetails] = [
-            {"type": PydanticCustomError(e["type"], e["msg"]), "loc": e["loc"], "input": e["input"]}
+            {"type": PydanticCustomError(e["type"], e["msg"]), "loc": (*e["loc"], *_below(e)), "input": e["input"]}
             for e in error.errors(include_url=False)
         ]
         return cls.from_exception_data(record, lines, hide_input=True)
@@ -59,10 +62,12 @@ class UnreadableRecordError(ValidationError):
         return self.title
 
     def __str__(self) -> str:
-        problems = self.errors(include_url=False)
-        shown = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(record)'}: {e['msg']}" for e in problems[:3])
-        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        return f"{self.title} does not read back ({shown}{more})"
+        return f"{self.title} does not read back ({'; '.join(field_problems(self, at_most=3))})"
+
+
+def _below(error: ErrorDetails) -> Loc:
+    found = error.get("ctx", {}).get("error")
+    return found.below if isinstance(found, SpecFieldError) else ()
 
 
 class CheckpointPointer(BaseModel):

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ValidationError
 from spotrelay.config import SCHEDULE_MINUTES, TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from spotrelay.control.ports import CheckpointPointer
 from spotrelay.control.reconcile import ORPHAN_GRACE_SECONDS
+from spotrelay.field_problems import field_problems
 from spotrelay.models import Attempt, Job, JobState, Market
 from spotrelay.models.billing import billed_usd
 from spotrelay.policy import BlockedPool
@@ -429,7 +430,7 @@ class ReadCache:
             try:
                 parsed = model.model_validate_json(text)
             except ValidationError as e:
-                parsed = f"does not read as {model.__name__}: {e.error_count()} error(s), first: {e.errors()[0]['msg']}"
+                parsed = f"does not read as {model.__name__}: {'; '.join(field_problems(e, at_most=1))}"
             cached = self._parsed[(pk, sk)] = (text, parsed)
         return UnreadableRecord(pk, sk, cached[1]) if isinstance(cached[1], str) else cached[1]
 

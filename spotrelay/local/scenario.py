@@ -45,6 +45,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from spotrelay.field_problems import Loc, SpecFieldError, field_problems
 from spotrelay.local.faults import MAX_HOURS, Fault
 from spotrelay.market import MarketSpec, parse_duration
 from spotrelay.models import JobSpecError, JobState, Market
@@ -202,18 +203,19 @@ class Scenario(_Spec):
     @model_validator(mode="after")
     def _times_on_the_calendar(self) -> Self:
         """Every time the replay reckons from `start` is a date (`horizon: 1e300` is no OverflowError later)."""
-        offsets = {"horizon": self.horizon}
-        offsets |= {f"jobs[{i}].at": job.at for i, job in enumerate(self.jobs)}
-        offsets |= {f"events[{i}].at": event.at for i, event in enumerate(self.events) if event.at is not None}
-        offsets |= {f"outages_of_functions[{i}].to": outage.end for i, outage in enumerate(self.outages_of_functions)}
-        offsets |= {f"operator[{i}].at": step.at for i, step in enumerate(self.operator)}
+        offsets: dict[Loc, float] = {("horizon",): self.horizon}
+        offsets |= {("jobs", i, "at"): job.at for i, job in enumerate(self.jobs)}
+        offsets |= {("events", i, "at"): event.at for i, event in enumerate(self.events) if event.at is not None}
+        offsets |= {("outages_of_functions", i, "to"): outage.end for i, outage in enumerate(self.outages_of_functions)}
+        offsets |= {("operator", i, "at"): step.at for i, step in enumerate(self.operator)}
         for field, hours in offsets.items():
             try:
                 self.at(hours)
             except OverflowError:
-                raise ValueError(
-                    f"{field}: {hours:g} h after start ({self.start:%Y-%m-%d}) is past the last date a replay can "
-                    "reach (9999-12-31)"
+                raise SpecFieldError(
+                    field,
+                    f"{hours:g} h after start ({self.start:%Y-%m-%d}) is past the last date a replay can reach "
+                    "(9999-12-31)",
                 ) from None
         return self
 
@@ -224,21 +226,14 @@ class Scenario(_Spec):
 # -------------------------------------------------------------------------------------------- loading
 
 
-def _describe(error: Mapping[str, Any]) -> str:
-    where = ""
-    for part in error["loc"]:
-        where += f"[{part}]" if isinstance(part, int) else f".{part}" if where else str(part)
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return f"{where}: {message}" if where else message
-
-
 def parse_scenario(data: Any, base_dir: Path, source: str = "scenario") -> Scenario:
     if not isinstance(data, Mapping):
         raise ScenarioError(f"{source}: a scenario is a mapping (name, start, market, jobs, events, expect)")
     try:
         return Scenario.model_validate({**data, "base_dir": base_dir})
     except ValidationError as e:
-        raise ScenarioError(f"{source}: " + "; ".join(_describe(x) for x in e.errors())) from None
+        problems = field_problems(e, model=Scenario, show_input=True)
+        raise ScenarioError(f"{source}: {'; '.join(problems)}") from None
 
 
 # A scenario is a few KiB (events/scenarios/: 3 KiB at most); a market's inline price rows are a few nodes

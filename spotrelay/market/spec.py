@@ -38,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 
+from spotrelay.field_problems import field_problems
 from spotrelay.market.model import MarketBuilder, SpotMarket
 
 _UNIT_HOURS = {"d": 24.0, "h": 1.0, "m": 1 / 60, "s": 1 / 3600}
@@ -187,15 +188,7 @@ def parse_market_spec(spec: Mapping[str, Any] | MarketSpec | None) -> MarketSpec
     try:
         return MarketSpec.model_validate(spec or {})
     except ValidationError as e:
-        raise MarketSpecError("; ".join(_describe(error) for error in e.errors())) from None
-
-
-def _describe(error: Mapping[str, Any]) -> str:
-    where = ""
-    for part in error["loc"]:
-        where += f"[{part}]" if isinstance(part, int) else f".{part}" if where else str(part)
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return f"{where}: {message}" if where else message
+        raise MarketSpecError("; ".join(field_problems(e, model=MarketSpec, show_input=True))) from None
 
 
 def from_scenario_market(

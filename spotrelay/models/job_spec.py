@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-import reprlib
 import stat
-import types
-import typing
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
@@ -23,6 +20,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from spotrelay.catalog import GPU_MODELS, INSTANCE_TYPES, InstanceType, relative_speed
+from spotrelay.field_problems import PROBLEMS_SHOWN, SHOWN_MAX_CHARS, SpecFieldError, field_problems, one_line, shown
 
 # Top-level directories of the instance's own files, where a job's checkpoint dir may not be (/mnt, /data,
 # /scratch, /home, /opt/<job>, /ckpt are the job's to use)
@@ -66,14 +64,6 @@ class Objective(StrEnum):
 class RecoveryStrategyName(StrEnum):
     EAGER_NEXT_POOL = "eager-next-pool"
     SAME_POOL_FIRST = "same-pool-first"
-
-
-class SpecFieldError(ValueError):
-    """A check across fields that still names the one field a user has to change."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # POSIX's portable environment variable names
@@ -178,7 +168,7 @@ class RunSpec(_Spec):
         """An image reference, not an option for docker (`--privileged`). At submission only: a record
         stored before the rule must still read back."""
         if image is not None and _submitted(info) and (problem := image_reference_problem(image)) is not None:
-            raise SpecFieldError("run.image", problem)
+            raise ValueError(problem)
         return image
 
     @field_validator("env", mode="before")
@@ -193,13 +183,13 @@ class RunSpec(_Spec):
             # names: at submission only (a record stored before the rule must still read back)
             if _submitted(info) and not (isinstance(key, str) and ENV_NAME.fullmatch(key)):
                 raise SpecFieldError(
-                    f"run.env.{key}", "not an environment variable name: use letters, digits and _, not first a digit"
+                    (key,), "not an environment variable name: use letters, digits and _, not first a digit"
                 )
             if isinstance(value, str) and _submitted(info) and "\x00" in value:
-                raise SpecFieldError(f"run.env.{key}", "holds a NUL character, which no environment variable can")
+                raise SpecFieldError((key,), "holds a NUL character, which no environment variable can")
             if not isinstance(value, str):
                 raise SpecFieldError(
-                    f"run.env.{key}",
+                    (key,),
                     f"{value} is not text: YAML and JSON read an unquoted value as a number, boolean or date and lose "
                     f"how it was written (2.10 reads as 2.1, 0755 as 493, yes as True); quote it as written, e.g. "
                     f'{key}: "..."',
@@ -212,7 +202,7 @@ class RunSpec(_Spec):
         """Text a process can be given: no NUL (execve takes none: the agent could not start the job, on
         every attempt) and no other control character but tab and line breaks. At submission only."""
         if command is not None and _submitted(info) and (odd := _control_character(command, allowed="\t\n\r")):
-            raise SpecFieldError("run.command", f"holds the control character {odd!r}; a command is text")
+            raise ValueError(f"holds the control character {odd!r}; a command is text")
         return command
 
     @model_validator(mode="after")
@@ -264,16 +254,15 @@ class ResourcesSpec(_Spec):
             return self
         if self.gpus > max(t.gpu_count for t in INSTANCE_TYPES.values()):
             most = max(t.gpu_count for t in INSTANCE_TYPES.values())
-            raise SpecFieldError("resources.gpus", f"no EC2 GPU instance type has {self.gpus} GPUs; allowed 1..{most}")
+            raise SpecFieldError(("gpus",), f"no EC2 GPU instance type has {self.gpus} GPUs; allowed 1..{most}")
         candidates = [t for t in INSTANCE_TYPES.values() if self.gpu_models is None or t.gpu_model in self.gpu_models]
         if self.gpu_memory_gib is not None and all(t.gpu_memory_gib < self.gpu_memory_gib for t in candidates):
             most_mem = max(t.gpu_memory_gib for t in candidates)
             raise SpecFieldError(
-                "resources.gpu_memory_gib",
+                ("gpu_memory_gib",),
                 f"no accepted GPU has {self.gpu_memory_gib:g} GiB; the most is {most_mem:g} GiB",
             )
-        raise SpecFieldError(
-            "resources",
+        raise ValueError(
             "no EC2 GPU instance type satisfies gpus, gpu_memory_gib, gpu_models, min_vcpus and "
             "min_memory_gib together; relax one of them",
         )
@@ -292,13 +281,11 @@ class CheckpointSpec(_Spec):
             return path
         parts = path.split("/")[1:]
         if _control_character(path) or any(part in ("", ".", "..") for part in parts):
-            raise SpecFieldError(
-                "checkpoint.dir",
+            raise ValueError(
                 f"use a plain absolute path such as /ckpt: no empty, . or .. parts (got {_shown(path)})",
             )
         if parts[0] in SYSTEM_DIRECTORIES:
-            raise SpecFieldError(
-                "checkpoint.dir",
+            raise ValueError(
                 f"/{parts[0]} is the system's; use a directory of the job's own, such as /ckpt or /mnt/ckpt",
             )
         return path
@@ -315,9 +302,9 @@ class CheckpointSpec(_Spec):
 MAX_HOURS = 100_000
 
 
-def _within_max_hours(field: str, hours: float | None, info: ValidationInfo) -> float | None:
+def _within_max_hours(hours: float | None, info: ValidationInfo) -> float | None:
     if hours is not None and _submitted(info) and hours > MAX_HOURS:
-        raise SpecFieldError(field, f"at most {MAX_HOURS:,} hours (over 11 years; got {hours:g})")
+        raise ValueError(f"at most {MAX_HOURS:,} hours (over 11 years; got {hours:g})")
     return hours
 
 
@@ -344,7 +331,7 @@ class LimitsSpec(_Spec):
     @field_validator("deadline_hours", "max_wait_hours")
     @classmethod
     def _hours_within_reach(cls, hours: float | None, info: ValidationInfo) -> float | None:
-        return _within_max_hours(f"limits.{info.field_name}", hours, info)
+        return _within_max_hours(hours, info)
 
 
 # Validation context of a spec being submitted (`parse_job_spec`), not a stored record read back: rules
@@ -409,7 +396,7 @@ class JobSpec(_Spec):
     @field_validator("work_hours")
     @classmethod
     def _work_within_reach(cls, hours: float | None, info: ValidationInfo) -> float | None:
-        return _within_max_hours("work_hours", hours, info)
+        return _within_max_hours(hours, info)
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -426,14 +413,13 @@ class JobSpec(_Spec):
         if not _submitted(info):
             return tags
         if len(tags) > JOB_TAGS_MAX:
-            raise SpecFieldError(
-                "tags",
+            raise ValueError(
                 f"{len(tags)} tags; a job may have at most {JOB_TAGS_MAX} (EC2 allows {INSTANCE_TAGS_MAX} on an "
                 f"instance, and spotrelay puts {SPOTRELAY_INSTANCE_TAGS} there itself)",
             )
         for key, value in tags.items():
             if (problem := tag_problem(key, value)) is not None:
-                raise SpecFieldError(f"tags.{_shown(key, quoted=False)}", problem)
+                raise SpecFieldError((key,), problem)
         return tags
 
     @field_validator("recovery", mode="before")
@@ -450,7 +436,7 @@ class JobSpec(_Spec):
         # At submission only (`parse_job_spec`): a record stored before this rule must still read back
         if work is None and _submitted(info):
             raise SpecFieldError(
-                "limits.deadline_hours",
+                ("limits", "deadline_hours"),
                 "needs work_hours (the job's run time on the reference GPU, a V100): without an estimate of the "
                 "work nobody can tell when on-demand is needed to finish in time; give work_hours, or no deadline",
             )
@@ -460,7 +446,7 @@ class JobSpec(_Spec):
         shortest = work / fastest
         if deadline < shortest:
             raise SpecFieldError(
-                "limits.deadline_hours",
+                ("limits", "deadline_hours"),
                 f"{deadline:g} h is shorter than the work: work_hours {work:g} takes at least "
                 f"{shortest:.2f} h on the fastest accepted GPU; allow more time or less work",
             )
@@ -471,37 +457,25 @@ class JobSpec(_Spec):
         return remaining_work_hours / max(relative_speed(t) for t in self.resources.fitting_types())
 
 
-def _bounded(problem: str) -> str:
-    return problem if len(problem) <= MAX_PROBLEM_CHARS else problem[: MAX_PROBLEM_CHARS - 1] + "…"
-
-
 class JobSpecError(ValueError):
     """An invalid job spec. `problems` are `field: what is wrong and what is allowed`, one line each."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = _one_line(source)
+        self.source = one_line(source, limit=None)
         # each problem bounded: a 1 MB unknown key is named, not echoed whole onto the one error line
-        self.problems = [_bounded(_one_line(p)) for p in problems]
+        self.problems = [one_line(p) for p in problems]
         super().__init__(f"{self.source}: {'; '.join(self.problems)}")
-
-
-# A spec with thousands of mistakes (a file of 50,000 unknown keys) is told its first few, not given a
-# message as long as the file
-PROBLEMS_SHOWN = 20
 
 
 def parse_job_spec(data: Any, source: str = "job spec") -> JobSpec:
     """Validate a decoded job spec (a dict from YAML or JSON)."""
     if not isinstance(data, dict):
-        raise JobSpecError(source, [f"expected a mapping of keys (name, run, resources, ...), got {_kind(data)}"])
+        kind = "nothing" if data is None else type(data).__name__
+        raise JobSpecError(source, [f"expected a mapping of keys (name, run, resources, ...), got {kind}"])
     try:
         return JobSpec.model_validate(data, context={SUBMISSION: True}, extra="forbid")
     except ValidationError as e:
-        errors = e.errors()
-        problems = [_describe(err) for err in errors[:PROBLEMS_SHOWN]]
-        if len(errors) > PROBLEMS_SHOWN:
-            problems.append(f"and {len(errors) - PROBLEMS_SHOWN} more problems")
-        raise JobSpecError(source, problems) from None
+        raise JobSpecError(source, field_problems(e, model=JobSpec, show_input=True)) from None
 
 
 # --- reading a document: bounded before and while it is parsed (a file or a message is a user's input) ---
@@ -523,7 +497,6 @@ class DocumentLimits:
 # 10,000 nodes a second) stops within a second: a 300-byte YAML "billion laughs" expands to 10^9 nodes.
 JOB_SPEC_LIMITS = DocumentLimits(max_bytes=1024 * 1024, max_depth=32, max_nodes=10_000)
 MAX_INTEGER_DIGITS = 100  # no field of a spec or a scenario needs more
-MAX_PROBLEM_CHARS = 400  # of one problem in a JobSpecError
 OCTAL_LOOKING = re.compile(r"[-+]?0[0-7_]+")  # YAML 1.1 octal: 010 is 8 (0o10 and 0x10 say what they are)
 
 
@@ -768,99 +741,20 @@ def _unique_keys(pairs: list[tuple[str, Any]], source: str) -> dict[str, Any]:
     unique = dict(pairs)
     if len(unique) < len(pairs):
         twice = sorted(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
-        shown = ", ".join(_shown(key, quoted=False) for key in twice[:PROBLEMS_SHOWN])
+        keys = ", ".join(_shown(key, quoted=False) for key in twice[:PROBLEMS_SHOWN])
         more = f" and {len(twice) - PROBLEMS_SHOWN} more" if len(twice) > PROBLEMS_SHOWN else ""
-        raise JobSpecError(source, [f"{shown}{more} given twice in one object; keep one"])
+        raise JobSpecError(source, [f"{keys}{more} given twice in one object; keep one"])
     return unique
 
 
-# What a message quotes of a value a user gave: enough to find it, not all of a 1 MiB string
-_SHOWN_MAX_CHARS = 60
-_SHOWN = reprlib.Repr()  # (its keyword arguments are Python 3.12's)
-_SHOWN.maxstring = _SHOWN.maxother = _SHOWN_MAX_CHARS
-_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 4
-_SHOWN.maxlevel = 2
-
-
 def _shown(value: object, *, quoted: bool = True) -> str:
+    """A value a user gave, as a message quotes it: bounded (spotrelay.field_problems.shown); `quoted=False`:
+    as its text."""
     if quoted:
-        return _SHOWN.repr(value)
+        return shown(value)
     text = str(value) if not isinstance(value, str) else value
-    return text if len(text) <= _SHOWN_MAX_CHARS else text[: _SHOWN_MAX_CHARS - 3] + "..."
-
-
-def _one_line(text: str) -> str:
-    """`text` with its line breaks and other control characters escaped: a message stays one line."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= SHOWN_MAX_CHARS else text[: SHOWN_MAX_CHARS - 3] + "..."
 
 
 def job_spec_json_schema() -> str:
     return json.dumps(JobSpec.model_json_schema(), indent=2)
-
-
-def _kind(value: Any) -> str:
-    return "nothing" if value is None else type(value).__name__
-
-
-def _describe(err: Any) -> str:
-    """One pydantic error as `field.path: message`, with the field a user has to change."""
-    loc: tuple[str | int, ...] = tuple(p for p in err["loc"] if not _is_union_tag(p))
-    ctx_error = err.get("ctx", {}).get("error")
-    if isinstance(ctx_error, SpecFieldError):
-        return f"{ctx_error.field}: {ctx_error}"
-    field = ".".join(_shown(p, quoted=False) for p in loc) or "(top level)"
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        allowed = _allowed_keys(loc[:-1])
-        return f"{field}: unknown key; allowed keys here: {', '.join(allowed)}"
-    if kind == "missing":
-        return f"{field}: required"
-    if kind == "string_pattern_mismatch" and (described := _description(loc)):
-        return f"{field}: use {described} (got {_shown(err['input'])})"
-    message = str(err["msg"]).removeprefix("Value error, ")
-    if kind not in {"value_error", "assertion_error"} and "input" in err and not isinstance(err["input"], dict):
-        message += f" (got {_shown(err['input'])})"
-    return f"{field}: {message}"
-
-
-def _description(loc: tuple[str | int, ...]) -> str | None:
-    """The description of the field at `loc`, which says what is allowed there."""
-    model = _model_at(loc[:-1])
-    field = model.model_fields.get(str(loc[-1])) if model is not None and loc else None
-    return field.description if field is not None else None
-
-
-def _is_union_tag(part: str | int) -> bool:
-    # pydantic puts the union member it tried (e.g. 'function-after[...]') into the location.
-    return isinstance(part, str) and "[" in part
-
-
-def _allowed_keys(loc: tuple[str | int, ...]) -> list[str]:
-    model = _model_at(loc)
-    return list(model.model_fields) if model is not None else []
-
-
-def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel] | None:
-    model: type[BaseModel] | None = JobSpec
-    for part in loc:
-        if model is None:
-            return None
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(part)
-        model = _model_in(field.annotation) if field is not None else None
-    return model
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType, typing.Annotated):
-        for arg in typing.get_args(annotation):
-            found = _model_in(arg)
-            if found is not None:
-                return found
-    return None

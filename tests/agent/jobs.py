@@ -19,11 +19,9 @@ import json
 import random
 import shlex
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
 
 from spotrelay.agent.checkpoints import sha256_of
 from spotrelay.agent.runner import (
@@ -87,8 +85,6 @@ while True:
     time.sleep(0.01)
 """
 
-T = TypeVar("T")
-
 
 def write_job(tmp_path: Path) -> tuple[str, Path]:
     """The job's command line and its control dir."""
@@ -97,19 +93,6 @@ def write_job(tmp_path: Path) -> tuple[str, Path]:
     control = tmp_path / "control"
     control.mkdir(exist_ok=True)
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {shlex.quote(str(control))}", control
-
-
-def wait_until(probe: Callable[[], T | bool | None], seconds: float = 60.0, what: str = "the condition") -> T:
-    """Wait for a real process's doing (a file, an exit): poll `probe` until it answers something truthy.
-    `seconds` is a hang guard, not a bound under test: fail only after it."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = probe()
-        if value:
-            return value  # type: ignore[return-value]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: nothing after {seconds} s")
-        time.sleep(0.02)
 
 
 # --- the scripted job: the same job behind the runner port, on the virtual clock ---------------------

@@ -19,6 +19,7 @@ from typing import Any
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
+from waiting import POLLING, eventually
 
 from spotrelay.config import ENV_AGENT_LOG_GROUP, ERROR_MIGRATING, TAG_ATTEMPT, TAG_JOB_ID
 from spotrelay.models import Market
@@ -38,7 +39,7 @@ from .conftest import (
     job_spec,
 )
 from .imds_stub import ImdsStub
-from .jobs import wait_until, write_job
+from .jobs import write_job
 
 AGENT = "from spotrelay.cli import main; main()"
 MIGRATING = "migration back to spot requested: stopping the job and checkpointing"
@@ -258,7 +259,7 @@ def start_attempt_1(
     world.add_attempt(1, world.open_task("run-1"))
     imds.tags = {TAG_JOB_ID: JOB_ID, TAG_ATTEMPT: "1"}
     first = AgentProcess("agent-1", tmp_path, imds, **agent)
-    wait_until((control / "ready-1").exists, what="the job to start")
+    eventually((control / "ready-1").exists, "the job to start", on=POLLING)
     return first, control
 
 

@@ -8,13 +8,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from waiting import POLLING, eventually
 
 from spotrelay.agent import AGENT_UNIT_NAME, systemd_unit
 from spotrelay.agent.runner import JobRunner, JobVanished, RunningJob, job_command, job_environment
 from spotrelay.agent.supervise import group_members
 from spotrelay.models import RunSpec
-
-from .jobs import wait_until
 
 SLOW_SAVER = r"""
 import pathlib, signal, sys, time
@@ -106,18 +105,18 @@ def test_a_terminated_job_has_ended_only_when_its_whole_group_has(tmp_path: Path
     script = tmp_path / "saver.py"
     script.write_text(SLOW_SAVER)
     job = start(tmp_path, f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {shlex.quote(str(tmp_path))}")
-    wait_until((tmp_path / "running").exists, what="the job to run")
+    eventually((tmp_path / "running").exists, "the job to run", on=POLLING)
 
     # When it is terminated, the shell dies at once but the program is still saving
     job.terminate()
-    wait_until((tmp_path / "got-term").exists, what="the program to get SIGTERM")
+    eventually((tmp_path / "got-term").exists, "the program to get SIGTERM", on=POLLING)
 
     # Then the job has not ended; it ends once the program has saved
     assert job.exit_code() is None
     (tmp_path / "release").write_text("")
-    code = wait_until(lambda: job.exit_code() is not None and (job.exit_code(),), what="the job to end")
+    code = eventually(job.exit_code, "the job to end", on=POLLING)
     assert (tmp_path / "saved").exists()
-    assert code == (-15,)  # the shell's status: it died of the SIGTERM
+    assert code == -15  # the shell's status: it died of the SIGTERM
 
 
 def test_a_restarted_agent_sees_the_job_through_its_pid_and_exit_file(tmp_path: Path) -> None:
@@ -128,7 +127,7 @@ def test_a_restarted_agent_sees_the_job_through_its_pid_and_exit_file(tmp_path: 
     # Then the new agent sees it running, then its exit code
     assert attached.exit_code() is None
     (tmp_path / "go").write_text("")
-    assert wait_until(lambda: attached.exit_code(), what="the exit code") == 7
+    assert eventually(attached.exit_code, "the exit code", on=POLLING) == 7
 
 
 def test_a_reused_pid_is_not_mistaken_for_the_job(tmp_path: Path) -> None:
@@ -148,14 +147,14 @@ def test_processes_a_finished_job_leaves_behind_are_ended(tmp_path: Path) -> Non
     job = start(tmp_path, "sleep 300 & exit 0")
 
     # Then the job ends with 0 and nothing of its group is left
-    assert wait_until(lambda: job.exit_code() is not None and (job.exit_code(),), what="the job to end") == (0,)
+    assert eventually(job.exit_code, "the job to end", on=POLLING) == 0
     assert [pid for pid in group_members(job.pid) if pid != job.pid] == []  # the supervisor may be exiting
 
 
 def test_a_killed_job_reports_sigkill(tmp_path: Path) -> None:
     job = start(tmp_path, "trap '' TERM; while :; do sleep 0.01; done")
     job.kill()
-    assert wait_until(lambda: job.exit_code() is not None and (job.exit_code(),), what="the kill") == (-9,)
+    assert eventually(job.exit_code, "the kill", on=POLLING) == -9
 
 
 def test_the_systemd_unit_restarts_the_agent_and_never_kills_the_job_with_it() -> None:

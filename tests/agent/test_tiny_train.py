@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import POLLING, eventually
 
 from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME
 from spotrelay.agent.runner import (
@@ -32,8 +33,6 @@ from spotrelay.agent.runner import (
     job_environment,
 )
 from spotrelay.models import RunSpec, load_job_spec
-
-from .jobs import wait_until
 
 STARTED_AT = datetime(2026, 11, 30, 12, tzinfo=UTC)  # what the runner records as the start; nothing reads a clock
 REPO = Path(__file__).resolve().parents[2]
@@ -319,10 +318,7 @@ def start_attempt(
 
 
 def exit_status(job: RunningJob) -> int:
-    ended: tuple[int] = wait_until(
-        lambda: (code,) if (code := job.exit_code()) is not None else None, what="the job to end"
-    )
-    return ended[0]
+    return eventually(job.exit_code, "the job to end", on=POLLING)
 
 
 def test_the_job_file_runs_under_the_agents_runner_stops_at_sigterm_and_resumes(
@@ -337,7 +333,7 @@ def test_the_job_file_runs_under_the_agents_runner_stops_at_sigterm_and_resumes(
     # Given attempt 1 of the job file's command, started by the agent's runner, past its first epoch
     first = start_attempt(tmp_path, attempts, with_epochs_of(WAITS_FOR_SIGTERM), attempt=1, resumed=False)
     log_1 = tmp_path / "attempt-1.log"
-    wait_until(lambda: "epoch 1/12 " in log_1.read_text(), what="its first epoch")
+    eventually(lambda: "epoch 1/12 " in log_1.read_text(), "its first epoch", on=POLLING)
 
     # When the runner terminates it as the agent does at a notice (SIGTERM to its process group)
     first.terminate()

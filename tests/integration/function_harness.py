@@ -13,17 +13,17 @@ import copy
 import importlib
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
 import yaml
 from fakes import FakeClock
+from waiting import eventually
 
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.workflow import execution_arn
@@ -82,8 +82,6 @@ POWERTOOLS_ENV = {
     "POWERTOOLS_TRACE_DISABLED": "true",
 }
 
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class LambdaContextStub:
@@ -100,12 +98,6 @@ class LambdaContextStub:
             function_name=f"spotrelay-{name}",
             invoked_function_arn=f"arn:aws:lambda:us-east-1:123456789012:function:spotrelay-{name}",
         )
-
-
-def eventually(probe: Callable[[], T | None], what: str) -> T:
-    """`probe()` once it answers (moto runs executions on threads): asked again each time moto's threads have
-    done something, never on a timer; fail saying what never happened."""
-    return MOTO_PROGRESS.until(probe, what)
 
 
 def resnet50_spec() -> dict[str, Any]:
@@ -281,7 +273,7 @@ class Deployment:
                     return str(body["task_token"])
             return None
 
-        return eventually(receive, f"the Run task token of {job_id}")
+        return eventually(receive, f"the Run task token of {job_id}", on=MOTO_PROGRESS)
 
     def execution(self, job_id: str) -> DescribeExecutionOutputTypeDef:
         return self.sfn.describe_execution(executionArn=self.execution_arn(job_id))
@@ -293,7 +285,7 @@ class Deployment:
             described = self.execution(job_id)
             return None if described["status"] == "RUNNING" else described
 
-        return eventually(ended, f"the execution of {job_id} leaving RUNNING")
+        return eventually(ended, f"the execution of {job_id} leaving RUNNING", on=MOTO_PROGRESS)
 
     def outcome(self, job_id: str) -> tuple[str, str | None]:
         """(status, error) of the execution once it has ended. moto 5.2.5 drops SendTaskFailure's

@@ -4,13 +4,13 @@ job, task tokens that close once, and a stop that tolerates executions that neve
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import boto3
 import pytest
 from botocore.stub import Stubber
+from waiting import eventually
 
 from spotrelay.aws.workflow import StepFunctionsWorkflow, execution_arn
 
@@ -20,13 +20,6 @@ from .moto_progress import MOTO_PROGRESS
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
-
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], what: str) -> T:
-    """moto runs executions on threads: wait for what they do (on what they signal, not on the clock)."""
-    return MOTO_PROGRESS.until(probe, what)
 
 
 def start(workflow: StepFunctionsWorkflow, lifecycle: Lifecycle, job_id: str) -> bool:
@@ -43,11 +36,13 @@ def task_token(sqs: SQSClient, lifecycle: Lifecycle, job_id: str) -> str:
                 return str(body["task_token"])
         return None
 
-    return eventually(receive, f"the Run task token of {job_id}")
+    return eventually(receive, f"the Run task token of {job_id}", on=MOTO_PROGRESS)
 
 
 def status_becomes(workflow: StepFunctionsWorkflow, job_id: str, wanted: str) -> str:
-    return eventually(lambda: wanted if workflow.status(job_id) == wanted else None, f"{job_id} {wanted}")
+    return eventually(
+        lambda: wanted if workflow.status(job_id) == wanted else None, f"{job_id} {wanted}", on=MOTO_PROGRESS
+    )
 
 
 def test_starting_a_job_twice_starts_one_execution(workflow: StepFunctionsWorkflow, lifecycle: Lifecycle) -> None:

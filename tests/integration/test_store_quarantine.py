@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 
 UNREADABLE = [
-    pytest.param(lambda record: "{not json", "does not read as a Job ((record): Invalid JSON", id="garbage"),
+    pytest.param(lambda record: "{not json", "does not read as a Job (Invalid JSON: ", id="garbage"),
     pytest.param(
         lambda record: record.replace('"state":"QUEUED"', '"state":"EXPLODED"').replace(
             '"state":"RUNNING"', '"state":"EXPLODED"'

@@ -121,8 +121,8 @@ SPOILT_ATTEMPTS = [
         "hourly_price: Input should be greater than or equal to 0",
         id="nan",
     ),
-    pytest.param(lambda r: r[: len(r) // 2], "(record): Invalid JSON: EOF while parsing", id="truncated"),
-    pytest.param(lambda r: r.replace('"job_id":"train-1",', ""), "job_id: Field required", id="missing-field"),
+    pytest.param(lambda r: r[: len(r) // 2], "Invalid JSON: EOF while parsing", id="truncated"),
+    pytest.param(lambda r: r.replace('"job_id":"train-1",', ""), "job_id: required", id="missing-field"),
 ]
 
 
@@ -223,7 +223,7 @@ def test_a_quarantined_job_is_released_only_once_it_reads_back_and_is_then_queue
     assert quarantining.quarantined_jobs() == [
         QuarantinedJob(
             job_id="spoilt",
-            reason="does not read as a Job ((record): Invalid JSON: key must be a string at line 1 column 2)",
+            reason="does not read as a Job (Invalid JSON: key must be a string at line 1 column 2)",
             quarantined_at="2026-11-30T10:00:00+00:00",
             index="QUEUED",
             reads_back=False,
@@ -234,7 +234,7 @@ def test_a_quarantined_job_is_released_only_once_it_reads_back_and_is_then_queue
     before = item(dynamodb, "JOB#spoilt", "JOB")
     refused = quarantining.release_quarantined("spoilt")
     assert (refused.outcome, refused.index) == ("unreadable", QUARANTINED)
-    assert refused.why.startswith("job spoilt is still quarantined: its record does not read as a Job ((record):")
+    assert refused.why.startswith("job spoilt is still quarantined: its record does not read as a Job (Invalid JSON: ")
     assert item(dynamodb, "JOB#spoilt", "JOB") == before
 
     # When the operator fixes it by hand and releases it

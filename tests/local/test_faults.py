@@ -78,7 +78,10 @@ def test_agent_restarts_without_after_is_refused_naming_after() -> None:
 def test_an_unknown_key_is_refused_naming_it() -> None:
     # Given a `duration` where the model has `for`
     message = scenario_error({"job": "resnet50", "kind": "s3-fail", "duration": "10m"})
-    assert message == "faults.yaml: faults[0].duration: Extra inputs are not permitted"
+    assert message == (
+        "faults.yaml: faults[0].duration: unknown key; allowed keys here: job, attempt, kind, at, for, after, "
+        "seconds, status, exit_code"
+    )
 
 
 @pytest.mark.parametrize(

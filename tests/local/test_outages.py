@@ -152,7 +152,7 @@ BASE = {"name": "x", "start": "2026-11-30T00:00:00Z"}
     ("section", "message"),
     [
         ({"outages_of_functions": [{"from": "60m", "to": "30m"}]}, "to (0.5 h) must come after from (1 h)"),
-        ({"outages_of_functions": [{"from": "30m"}]}, "outages_of_functions[0].to: Field required"),
+        ({"outages_of_functions": [{"from": "30m"}]}, "outages_of_functions[0].to: required"),
         ({"outages_of_functions": [{"from": "30m", "to": "1e9h"}]}, "is not a duration"),
         ({"outages_of_functions": [{"from": "30m", "to": 1e9}]}, "less than or equal to"),
         ({"operator": [{"at": "1h", "run": "replay-archive"}]}, "replay-archive needs from and to"),

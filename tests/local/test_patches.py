@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import time
 from typing import Any
 
 import boto3
@@ -19,6 +18,7 @@ from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.eval.callback import callback
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+from waiting import POLLING, eventually
 
 from spotrelay.local import patches
 from spotrelay.local.clock import VirtualClock
@@ -93,15 +93,14 @@ def test_install_patches_and_uninstall_restores_moto() -> None:
     assert patches.installed() is None
 
 
-def _started_wait(sfn: Any, arn: str, bound_seconds: float = 60.0) -> None:
-    """Return once the execution entered its Wait state (moto runs it on its own thread); a bounded poll."""
-    deadline = time.monotonic() + bound_seconds
-    while time.monotonic() < deadline:
-        events = sfn.get_execution_history(executionArn=arn)["events"]
-        if any(e["type"] == "WaitStateEntered" for e in events):
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"{arn} did not reach its Wait state in {bound_seconds:g} s")
+def _started_wait(sfn: Any, arn: str) -> None:
+    """Return once the execution entered its Wait state (moto runs it on its own thread, which signals nothing
+    here)."""
+
+    def entered() -> bool:
+        return any(e["type"] == "WaitStateEntered" for e in sfn.get_execution_history(executionArn=arn)["events"])
+
+    eventually(entered, f"{arn} entering its Wait state", on=POLLING)
 
 
 def test_install_stops_executions_an_earlier_mock_left_running() -> None:

@@ -169,7 +169,7 @@ def test_a_job_whose_deadline_ends_with_the_traces_is_built(trace_dir: Path, tmp
         ),
         (
             "spot_price_usd_per_hour: {p3.2xlarge: -1}",
-            "spot_price_usd_per_hour.p3.2xlarge: -1 is not a price; allowed: USD per hour, a number >= 0",
+            'spot_price_usd_per_hour["p3.2xlarge"]: -1 is not a price; allowed: USD per hour, a number >= 0',
         ),
         (
             "spot_price_usd_per_hour: cheap",
@@ -177,11 +177,11 @@ def test_a_job_whose_deadline_ends_with_the_traces_is_built(trace_dir: Path, tmp
         ),
         (
             "on_demand_usd_per_hour: {p3.2xlarge: 0}",
-            "on_demand_usd_per_hour.p3.2xlarge: 0 is not a price; allowed: USD per hour, a number > 0",
+            'on_demand_usd_per_hour["p3.2xlarge"]: 0 is not a price; allowed: USD per hour, a number > 0',
         ),
         (
             "on_demand_usd_per_hour: {p3.2xlarg: 3.06}",
-            "on_demand_usd_per_hour.p3.2xlarg: not an instance type in the catalog",
+            'on_demand_usd_per_hour["p3.2xlarg"]: not an instance type in the catalog',
         ),
     ],
 )
@@ -209,7 +209,7 @@ def test_an_unknown_key_of_a_job_entry_lists_the_benchs_keys_too(trace_dir: Path
     message = refusal(path, trace_dir)
 
     assert message.startswith(
-        f"{path}: jobs[0] (train-a): submitt: unknown key (did you mean submit?); allowed: name, "
+        f"{path}: jobs[0] (train-a): submitt: unknown key (did you mean submit?); allowed keys here: name, "
     )
     assert message.endswith("submit, restart_overhead, checkpoint_on_notice, zones, per_zone, repeat (the bench)")
 
@@ -218,7 +218,7 @@ def test_an_unknown_top_level_key_says_which_keys_are_allowed(trace_dir: Path, t
     path = workload_file(tmp_path, f"nmae: nightly\njobs:\n  - {JOB}}}\n")
 
     assert refusal(path, trace_dir) == (
-        f"{path}: nmae: unknown key (did you mean name?); allowed: name, description, instance_types, zones, "
+        f"{path}: nmae: unknown key (did you mean name?); allowed keys here: name, description, instance_types, zones, "
         "spot_price_usd_per_hour, on_demand_usd_per_hour, jobs"
     )
 
@@ -230,7 +230,8 @@ def test_the_benchs_keys_are_located_as_the_job_specs_are(trace_dir: Path, tmp_p
     # When / Then: both under `jobs[1] (train-a)`, as the spec's own fields are, never `jobs.1.submit`
     assert refusal(path, trace_dir) == (
         f"{path}: jobs[1] (train-a): submit: 'soon' is not a duration (use e.g. 2h, 90m, 30s, 1h30m, 1.5d, or a "
-        "number of hours); jobs[1] (train-a): repeat.evry: unknown key (did you mean every?); allowed: count, every"
+        "number of hours); jobs[1] (train-a): repeat.evry: unknown key (did you mean every?); allowed keys here: "
+        "count, every"
     )
 
 

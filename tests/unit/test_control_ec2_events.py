@@ -259,7 +259,7 @@ def test_a_warning_without_an_instance_id_is_malformed(events_dir: Path) -> None
     # Given the recorded warning that lacks detail.instance-id
     malformed = recorded_event(events_dir, "malformed-interruption-warning.json")
     # When it is handled, then MalformedEvent names the event and the missing field
-    with pytest.raises(MalformedEvent, match="instance-id") as raised:
+    with pytest.raises(MalformedEvent, match="instance-id: required") as raised:
         World().handle(malformed)
     assert malformed.id in str(raised.value)
 
@@ -281,7 +281,7 @@ def test_a_detail_with_a_bad_value_is_malformed(
     good = event(events_dir, name, world)
     bad = good.model_copy(update={"detail": {**good.detail, **detail_change}})
     # When it is handled, then MalformedEvent names the field, and nothing was done to the job
-    with pytest.raises(MalformedEvent, match=field):
+    with pytest.raises(MalformedEvent, match=f"{field}: "):
         world.handle(bad)
     assert world.workflow.task_results == []
     assert world.job().state is JobState.RUNNING

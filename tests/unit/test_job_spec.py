@@ -295,7 +295,7 @@ TOP_LEVEL_KEYS = "name, run, resources, checkpoint, limits, work_hours, priority
         ),
         pytest.param(
             MINIMAL.replace("{command: python train.py}", "{command: python train.py, env: {'MY VAR': a}}"),
-            "run.env.MY VAR",
+            'run.env["MY VAR"]',
             ["not an environment variable name", "letters, digits and _"],
             id="env-name-with-a-space",
         ),
@@ -476,7 +476,7 @@ def test_a_job_stored_before_a_rule_was_added_still_reads_back() -> None:
     job = Job.model_validate_json(record)
     assert job.spec.limits.deadline_hours == 5
     # And the same spec submitted now is refused
-    with pytest.raises(JobSpecError, match=r"run\.env\.MY VAR: not an environment variable name"):
+    with pytest.raises(JobSpecError, match=r'run\.env\["MY VAR"\]: not an environment variable name'):
         parse_job_spec(spec)
     spec["run"] = {"command": "python train.py"}
     with pytest.raises(JobSpecError, match=r"limits\.deadline_hours: needs work_hours"):

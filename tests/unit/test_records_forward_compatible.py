@@ -64,7 +64,8 @@ def test_a_job_whose_spec_has_a_field_a_newer_version_added_reads_and_keeps_it()
 
 
 def test_a_spec_being_submitted_with_an_unknown_key_is_still_refused_naming_it() -> None:
-    with pytest.raises(JobSpecError, match=r"limits\.max_gpu_hours: unknown key; allowed keys here: "):
+    unknown = r"limits\.max_gpu_hours: unknown key \(did you mean max_wait_hours\?\); allowed keys here: "
+    with pytest.raises(JobSpecError, match=unknown):
         parse_job_spec({**spec_dict(), "limits": {"max_gpu_hours": 40}})
 
 
