@@ -68,6 +68,20 @@ synth: $(STAMP) node_modules
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx cdk synth --no-notices -q
 	$(BIN)/cfn-lint cdk.out/*.template.json
 
+## deploy-local: `cdk deploy` with the pinned CLI against `spotrelay local up` (LOCAL_ENDPOINT, default its port
+## 5055; STACK=name deploys under another name: the commands then take --stack name)
+LOCAL_ENDPOINT ?= http://localhost:5055
+STACK ?= SpotRelay
+.PHONY: deploy-local
+deploy-local: $(STAMP) node_modules
+	@$(BIN)/python -c "import socket, sys, urllib.parse as p; u = p.urlsplit('$(LOCAL_ENDPOINT)'); \
+	socket.create_connection((u.hostname, u.port or 80), timeout=5).close()" 2>/dev/null \
+	|| { echo "error: nothing answers at $(LOCAL_ENDPOINT): start \`spotrelay local up\` first (LOCAL_ENDPOINT=...)"; exit 1; }
+	AWS_ENDPOINT_URL=$(LOCAL_ENDPOINT) AWS_REGION=$${AWS_REGION:-us-east-1} AWS_DEFAULT_REGION=$${AWS_REGION:-us-east-1} \
+	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_SESSION_TOKEN= AWS_PROFILE= \
+	CDK_DISABLE_CLI_TELEMETRY=1 CDK_DISABLE_VERSION_CHECK=1 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
+	npx cdk deploy --no-notices --require-approval never -c stack_name=$(STACK)
+
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .

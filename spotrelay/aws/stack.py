@@ -1,5 +1,5 @@
 """A deployed stack as a user's machine reaches it: the stack's outputs, and the job commands on them
-(`spotrelay submit / status / ls / logs / cancel`).
+(`spotrelay submit / status / ls / logs / cost / wait / cancel`).
 
 Everything is found from the CloudFormation stack's outputs (one DescribeStacks), so a user needs only the
 stack's name (`SpotRelay` unless `cdk deploy` was given another), credentials and the region. Against
@@ -30,6 +30,7 @@ from spotrelay.control.dispatcher import job_id_for
 from spotrelay.control.lifecycle import on_demand_cost
 from spotrelay.control.ports import NotFoundError
 from spotrelay.control.vend import attempt_log_stream
+from spotrelay.field_problems import field_problems
 from spotrelay.models import Attempt, Job, JobSpec
 
 if TYPE_CHECKING:
@@ -83,6 +84,14 @@ class StackError(RuntimeError):
     def __init__(self, message: str, code: int = UNAVAILABLE) -> None:
         super().__init__(message)
         self.code = code
+
+
+class JobNotFound(StackError):
+    """The table has no record of the job: a wrong id, or a job whose message the dispatcher has not read
+    yet (`spotrelay submit --wait` waits through that)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, USAGE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,18 +280,36 @@ class JobsClient:
 
     def status(self, job_id: str) -> JobStatus:
         store = self.store
+        job = self.job(job_id)
+        limits = self.stack.admission_limits
+        families = None if limits is None else limits.allowed_families
+        return JobStatus(job=job, attempts=self._attempts(store, job_id), allowed_families=families)
+
+    def job(self, job_id: str) -> Job:
+        """The job's record alone, one GetItem: what `spotrelay wait` polls."""
         try:
-            job, _ = store.get_job(job_id)
-            limits = self.stack.admission_limits
-            families = None if limits is None else limits.allowed_families
-            return JobStatus(job=job, attempts=store.attempts(job_id), allowed_families=families)
+            job, _ = self.store.get_job(job_id)
         except NotFoundError:
             _check_job_id(job_id, " (`spotrelay ls` lists them)")  # a job's name, say, rather than its id
-            raise StackError(
+            raise JobNotFound(
                 f"no job {job_id} in stack {self.stack.name}: not submitted there, or its message is still in "
-                "the queue (the dispatcher records a job when it next runs, within 5 minutes)",
-                USAGE,
+                "the queue (the dispatcher records a job when it next runs, within 5 minutes)"
             ) from None
+        except ValidationError as e:
+            raise _other_version(f"job {job_id}", e) from None
+        except (ClientError, BotoCoreError) as e:
+            raise StackError(f"cannot read job {job_id}: {_why(e)}") from None
+        return job
+
+    def with_attempts(self, jobs: Sequence[Job]) -> list[JobStatus]:
+        """These jobs, as already read, with their attempts (one Query each): what `spotrelay ls` shows each
+        job's pool and cost from."""
+        store = self.store
+        return [JobStatus(job=job, attempts=self._attempts(store, job.job_id)) for job in jobs]
+
+    def _attempts(self, store: DynamoJobStore, job_id: str) -> list[Attempt]:
+        try:
+            return store.attempts(job_id)
         except ValidationError as e:
             raise _other_version(f"job {job_id}", e) from None
         except (ClientError, BotoCoreError) as e:
@@ -368,8 +395,7 @@ class JobsClient:
 
 
 def _other_version(what: str, error: ValidationError) -> StackError:
-    problems = error.errors()
-    detail = f"{'.'.join(str(p) for p in problems[0]['loc'])}: {problems[0]['msg']}" if problems else str(error)
+    detail = "; ".join(field_problems(error, at_most=1))
     return StackError(
         f"the record of {what} does not read as this version of spotrelay's ({detail}): "
         "use the spotrelay version the stack was deployed with"

@@ -1,4 +1,5 @@
-"""`spotrelay submit / status / ls / logs / cost / cancel`: a user's jobs on a deployed stack (spotrelay.aws.stack).
+"""`spotrelay submit / status / ls / logs / cost / wait / cancel`: a user's jobs on a deployed stack
+(spotrelay.aws.stack).
 
 The commands are plain functions; spotrelay.cli.app registers them. boto3 is imported when one runs.
 """
@@ -8,7 +9,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -26,7 +28,8 @@ from spotrelay.cli.costs import (
     read_price_histories,
     spot_price_now,
 )
-from spotrelay.models import JobSpecError, JobState, Market, load_job_spec, parse_job_spec
+from spotrelay.clock import SYSTEM_CLOCK, WaitingClock
+from spotrelay.models import JobSpecError, JobState, Market, Pool, load_job_spec, parse_job_spec
 from spotrelay.models.billing import needs_prices
 from spotrelay.models.job_spec import JOB_SPEC_LIMITS, decode_document, document_text
 
@@ -41,6 +44,10 @@ FOLLOW_POLL_SECONDS = 2.0
 FOLLOW_LOOKBACK_MS = 60_000
 FOLLOW_END_WAIT_SECONDS = 30.0  # watchtower's own limit on the flush at the agent's exit
 FOLLOW_MAX_FAILURES = 5
+# How often `wait` reads its jobs' records (a GetItem each): a job's state changes over minutes, and a few
+# seconds late is soon enough to learn it ended
+WAIT_POLL_SECONDS = 5.0
+WAIT_MAX_FAILURES = 5  # failed reads in a row (a throttle, a network blip) before a wait gives up
 _LOG_FIELDS = {"time", "level", "message", "job_id", "attempt"}
 
 JobIdArgument = Annotated[str, typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")]
@@ -61,11 +68,27 @@ EndpointOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
+TimeoutOption = Annotated[
+    str | None,
+    typer.Option(
+        "--timeout",
+        metavar="DURATION",
+        help="give up after 30m, 6h, 2d ... (a bare number is hours), exit 1; default: no limit",
+    ),
+]
+PollOption = Annotated[
+    float, typer.Option("--poll-seconds", min=1, help="how often the jobs' records are read while waiting")
+]
+
+
+def command_clock() -> WaitingClock:
+    """The clock the commands count on: every now, poll and timeout (tests put a fake one here)."""
+    return SYSTEM_CLOCK
 
 
 def utc_now() -> datetime:
     """The time costs are counted to (tests put a virtual clock here)."""
-    return datetime.now(UTC)
+    return command_clock().now()
 
 
 def connect(stack: str, region: str | None, endpoint_url: str | None) -> JobsClient:
@@ -79,9 +102,13 @@ def connect(stack: str, region: str | None, endpoint_url: str | None) -> JobsCli
 
 def on_stack(stack: str, region: str | None, endpoint_url: str | None, use: Callable[[JobsClient], T]) -> T:
     """`use` the stack's client; a StackError is the command's one-line error and exit status."""
+    return on_client(connect(stack, region, endpoint_url), use)
+
+
+def on_client(client: JobsClient, use: Callable[[JobsClient], T]) -> T:
+    """`use` the client; a StackError is the command's one-line error and exit status."""
     from spotrelay.aws.stack import StackError
 
-    client = connect(stack, region, endpoint_url)
     try:
         return use(client)
     except StackError as e:
@@ -126,6 +153,11 @@ def submit_command(
     wake: Annotated[
         bool, typer.Option("--wake/--no-wake", help="invoke the dispatcher now, rather than wait for its alarm")
     ] = True,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="then wait until the job ends, as `spotrelay wait` does (its exit status)")
+    ] = False,
+    timeout_text: TimeoutOption = None,
+    poll_seconds: PollOption = WAIT_POLL_SECONDS,
     as_json: JsonOption = False,
 ) -> None:
     """Check JOB.yaml, send it to the stack's job queue and print the job's id.
@@ -135,8 +167,12 @@ def submit_command(
     except that a bad spec is refused here, with the field and what is
     allowed, rather than recorded FAILED by the dispatcher; and the
     dispatcher is woken at once (the queue-depth alarm would within minutes).
+    With --wait, it then waits for the job to end: exit 0 if it SUCCEEDED.
     """
 
+    if timeout_text is not None and not wait:
+        fail("--timeout: a limit on --wait; give --wait too")
+    timeout = wait_timeout(timeout_text)  # a bad --timeout sends nothing
     try:
         if str(job_file) == "-":  # `... | spotrelay submit -`
             spec = parse_job_spec(decode_document(read_stdin(), "stdin"), "stdin")
@@ -144,7 +180,8 @@ def submit_command(
             spec = load_job_spec(job_file)
     except JobSpecError as e:
         fail(str(e))
-    submitted = on_stack(stack, region, endpoint_url, lambda client: client.submit(spec, wake=wake))
+    client = connect(stack, region, endpoint_url)
+    submitted = on_client(client, lambda c: c.submit(spec, wake=wake))
     if as_json:
         answer = {
             "job_id": submitted.job_id,
@@ -153,7 +190,7 @@ def submit_command(
             "dispatcher_woken": submitted.dispatcher_woken,
             "wake_error": submitted.wake_error,
         }
-        sys.stdout.write(json.dumps(answer) + "\n")
+        json_line(answer)
     else:
         out.print(submitted.job_id, markup=False)
     if submitted.wake_error is not None:
@@ -162,6 +199,17 @@ def submit_command(
             "5-minute schedule admits the job",
             markup=False,
         )
+    if wait:
+        # The job has no record until the dispatcher reads its message: this one is known to be sent
+        waited = wait_and_report(
+            client,
+            [submitted.job_id],
+            timeout=timeout,
+            poll_seconds=poll_seconds,
+            as_json=as_json,
+            unrecorded=frozenset({submitted.job_id}),
+        )
+        raise typer.Exit(waited)
 
 
 def status_command(
@@ -198,35 +246,117 @@ def ls_command(
     region: RegionOption = None,
     endpoint_url: EndpointOption = None,
     ended: Annotated[bool, typer.Option("--all", help="ended jobs too (a scan of the table)")] = False,
+    state_names: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            metavar="STATE",
+            help=f"only jobs in this state, one of {', '.join(JobState)} (repeatable: any of them)",
+        ),
+    ] = None,
+    tag_texts: Annotated[
+        list[str] | None,
+        typer.Option("--tag", metavar="KEY=VALUE", help="only jobs with this tag in their spec (repeatable: all)"),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The stack's queued and live jobs (`--all`: ended ones too), oldest first."""
-    jobs = on_stack(stack, region, endpoint_url, lambda client: client.jobs(ended=ended))
+    """The stack's queued and live jobs (`--all`: ended ones too), oldest first: each job's state and
+    progress, its pool (where it runs, or ended), and its cost so far (* an estimate: a live instance at
+    the spot prices in effect). A --state of an ended state lists ended jobs without --all."""
+    states = parse_states(state_names or [])
+    tags = parse_tags(tag_texts or [])
+    scan = ended or any(state.is_terminal for state in states)
+    statuses = on_stack(
+        stack,
+        region,
+        endpoint_url,
+        lambda client: client.with_attempts([job for job in client.jobs(ended=scan) if listed(job, states, tags)]),
+    )
+    now = utc_now()
+    prices = prices_in_effect(statuses, now, region, endpoint_url)
+    rows = [(status, job_cost(status, prices, now)) for status in statuses]
     if as_json:
-        sys.stdout.write(json.dumps([job_row(job) for job in jobs], indent=2) + "\n")
+        sys.stdout.write(json.dumps([job_row(status, cost) for status, cost in rows], indent=2) + "\n")
         return
-    if not jobs:
-        err.print("no jobs" if ended else "no queued or live jobs (`--all` lists ended ones too)", markup=False)
+    if not rows:
+        err.print(no_jobs_note(state_names or [], tag_texts or [], scan), markup=False, soft_wrap=True)
         return
-    # Fits 80 columns: no cost column (`cost` has each job's, with its live instance; --json has cost_usd,
-    # the ended attempts'), and the submission time folds before the job, state or progress wrap
+    # Two or three lines a row (id over name, state over progress, type over zone): the five columns fit
+    # an 80-column terminal whole, a long job id included
     table = Table(
         Column("job", no_wrap=True),
         Column("state", no_wrap=True),
-        Column("done", no_wrap=True),
-        Column("attempts", no_wrap=True),
-        Column("submitted", overflow="fold"),
+        Column("pool", no_wrap=True),
+        Column("cost $", no_wrap=True, justify="right"),
+        Column("submitted", no_wrap=True),
         box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
-    for job in jobs:
+    for status, cost in rows:
+        job = status.job
+        pool = shown_pool(status)
+        submitted = job.submitted_at.astimezone(UTC)
         table.add_row(
-            job.job_id,
-            job.state.value,
-            progress(job),
-            f"{job.attempts}" + (f", {job.interruptions} lost" if job.interruptions else ""),
-            f"{job.submitted_at.astimezone(UTC):%m-%d %H:%M}",
+            f"{job.job_id}\n{job.spec.name}",
+            "\n".join([job.state.value, progress(job), *([f"{job.interruptions} lost"] if job.interruptions else [])]),
+            "-" if pool is None else pool_lines(pool),
+            f"{cost.total_usd:.2f}" + ("*" if cost.is_estimate else ""),
+            f"{submitted:%m-%d}\n{submitted:%H:%M}",
         )
     tables().print(table)
+    if any(cost.is_estimate for _, cost in rows):
+        out.print(ESTIMATE_NOTE, markup=False, soft_wrap=True)
+
+
+def parse_states(values: Sequence[str]) -> frozenset[JobState]:
+    """`--state` values, in any case; an unknown one is the one-line error saying which are."""
+    states = set()
+    for value in values:
+        try:
+            states.add(JobState(value.strip().upper()))
+        except ValueError:
+            fail(f"--state {value!r}: not a job state; allowed: {', '.join(JobState)}")
+    return frozenset(states)
+
+
+def parse_tags(values: Sequence[str]) -> dict[str, frozenset[str]]:
+    """`--tag KEY=VALUE` values: each key to the values it may have (a key given twice: either value)."""
+    tags: dict[str, frozenset[str]] = {}
+    for value in values:
+        key, sep, tag_value = value.partition("=")
+        if not sep or not key:
+            fail(f"--tag {value!r}: expected KEY=VALUE, a tag of the job spec's `tags`, e.g. team=vision")
+        tags[key] = tags.get(key, frozenset()) | {tag_value}
+    return tags
+
+
+def listed(job: Job, states: Collection[JobState], tags: Mapping[str, Collection[str]]) -> bool:
+    """Whether `ls` shows the job: in one of `states` (none given: any), with every tag of `tags`."""
+    in_state = not states or job.state in states
+    return in_state and all(job.spec.tags.get(key) in allowed for key, allowed in tags.items())
+
+
+def no_jobs_note(state_names: Sequence[str], tag_texts: Sequence[str], scan: bool) -> str:
+    filters = " ".join([*(f"--state {name}" for name in state_names), *(f"--tag {tag}" for tag in tag_texts)])
+    if not filters:
+        return "no jobs" if scan else "no queued or live jobs (`--all` lists ended ones too)"
+    return f"no jobs match {filters}" + ("" if scan else " among the queued and live ones (`--all`: ended ones too)")
+
+
+def shown_pool(status: JobStatus) -> Pool | None:
+    """Where the job runs (its live attempt), or, once ended, where it ran last; None between pools or
+    before its first launch."""
+    if status.live_attempt is not None:
+        return status.live_attempt.pool
+    if status.job.state.is_terminal and status.attempts:
+        return status.attempts[-1].pool
+    return None
+
+
+def pool_lines(pool: Pool) -> str:
+    """The type over the zone, and `on-demand` under them for an on-demand pool (spot is the rule)."""
+    market = "\non-demand" if pool.market is Market.ON_DEMAND else ""
+    return f"{pool.instance_type}\n{pool.availability_zone}{market}"
 
 
 def logs_command(
@@ -407,31 +537,230 @@ def _share(cost: float, on_demand: float) -> str:
 
 
 def cancel_command(
-    job_id: JobIdArgument,
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")],
     stack: StackOption = "SpotRelay",
     region: RegionOption = None,
     endpoint_url: EndpointOption = None,
-    as_json: JsonOption = False,
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON line per job")] = False,
 ) -> None:
-    """Cancel a job wherever it is: its instance is terminated, its checkpoints are kept."""
-    answer = on_stack(stack, region, endpoint_url, lambda client: client.cancel(job_id))
-    if as_json:
-        sys.stdout.write(json.dumps(answer) + "\n")
-        return
+    """Cancel jobs wherever they are: their instances are terminated, their checkpoints are kept. A line
+    per job; one that cannot be cancelled (an error line says why) does not stop the others: exit 2 if a
+    job id is wrong, else 1 if AWS failed or refused for one, 0 once each is cancelled or had ended."""
+    from spotrelay.aws.stack import StackError
+
+    client = connect(stack, region, endpoint_url)
+    code = 0
+    for job_id in dict.fromkeys(job_ids):
+        try:
+            answer = client.cancel(job_id)
+        except StackError as e:
+            code = max(code, e.code)  # a wrong id (USAGE, 2) says more than a failure retrying may mend (1)
+            if as_json:
+                json_line({"job_id": job_id, "error": str(e)})
+            else:
+                err.print(f"error: {job_id} not cancelled: {e}", markup=False, soft_wrap=True)
+            continue
+        if as_json:
+            json_line(answer)
+        else:
+            out.print(cancelled_line(job_id, answer), markup=False, soft_wrap=True)
+    if code:
+        raise typer.Exit(code)
+
+
+def cancelled_line(job_id: str, answer: Mapping[str, Any]) -> str:
+    """What the cancel function did to the job, in words."""
     if answer.get("already_ended"):
-        out.print(f"{job_id} had already ended: {answer.get('state')}", markup=False)
-        return
+        return f"{job_id} had already ended: {answer.get('state')}"
     if answer.get("before_admission"):
-        out.print(
+        return (
             f"{job_id} has no record yet: if its message is still in the queue, the dispatcher records it "
-            "CANCELLED when it reads it (check the id if `spotrelay status` never shows it)",
-            markup=False,
-            soft_wrap=True,
+            "CANCELLED when it reads it (check the id if `spotrelay status` never shows it)"
         )
-        return
     terminated = answer.get("terminated") or []
     gone = f"; terminated {', '.join(terminated)}" if terminated else ""
-    out.print(f"{job_id} {answer.get('state')}{gone}", markup=False)
+    return f"{job_id} {answer.get('state')}{gone}"
+
+
+def json_line(answer: Mapping[str, Any]) -> None:
+    """One JSON object on a line of its own, written at once: a reader of a long wait sees each as it comes."""
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+def wait_command(
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")],
+    stack: StackOption = "SpotRelay",
+    region: RegionOption = None,
+    endpoint_url: EndpointOption = None,
+    timeout_text: TimeoutOption = None,
+    poll_seconds: PollOption = WAIT_POLL_SECONDS,
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON line per job as it ends")] = False,
+) -> None:
+    """Wait until every job has ended, printing a line for each as it ends: its state, and why when it did
+    not succeed. Exit 0 when all SUCCEEDED; 1 when one FAILED or was CANCELLED, or --timeout passed first
+    (a line for each job still running says so); 2 for a job the stack does not know.
+
+    \b
+    The jobs' records are read every --poll-seconds (one DynamoDB GetItem
+    a job); the jobs go on when the wait stops (Ctrl-C: exit 130).
+    """
+    timeout = wait_timeout(timeout_text)
+    client = connect(stack, region, endpoint_url)
+    raise typer.Exit(wait_and_report(client, job_ids, timeout=timeout, poll_seconds=poll_seconds, as_json=as_json))
+
+
+@dataclass(frozen=True, slots=True)
+class Timeout:
+    seconds: float
+    text: str  # as the user wrote it
+
+
+def wait_timeout(text: str | None) -> Timeout | None:
+    from spotrelay.market import parse_duration
+
+    if text is None:
+        return None
+    try:
+        return Timeout(parse_duration(text, "--timeout") * 3600, text)
+    except ValueError as e:
+        fail(str(e))
+
+
+@dataclass(frozen=True, slots=True)
+class WaitResult:
+    ended: list[Job]  # in the order they were seen ended
+    unfinished: dict[str, Job | None]  # at the timeout: each job's record as last read (None: not recorded)
+
+    @property
+    def all_succeeded(self) -> bool:
+        return not self.unfinished and all(job.state is JobState.SUCCEEDED for job in self.ended)
+
+
+def wait_for_jobs(
+    read_job: Callable[[str], Job | None],
+    job_ids: Sequence[str],
+    *,
+    clock: WaitingClock,
+    poll_seconds: float,
+    timeout_seconds: float | None,
+    on_end: Callable[[Job], None],
+    on_waiting: Callable[[int], None] = lambda pending: None,
+) -> WaitResult:
+    """Read the jobs' records every `poll_seconds` on `clock` until every one has ended (`on_end` as each
+    does) or `timeout_seconds` have passed; `on_waiting(n)` once, when the first read leaves n jobs to wait
+    for. `read_job` answers None for a job not recorded yet. A StackError of the user's input (USAGE) ends
+    the wait at once; one of AWS's, after WAIT_MAX_FAILURES polls in a row failed (a long wait outlives a
+    throttle)."""
+    from spotrelay.aws.stack import USAGE, StackError
+
+    deadline = None if timeout_seconds is None else clock.monotonic() + timeout_seconds
+    last: dict[str, Job | None] = dict.fromkeys(job_ids)  # each once, in the order given
+    ended: list[Job] = []
+    failures = 0
+    waiting = False
+    while True:
+        try:
+            # Every job is read before any line is printed: a wrong id is the error, alone
+            read = {job_id: read_job(job_id) for job_id in last}
+        except StackError as e:
+            failures += 1
+            if e.code == USAGE or failures >= WAIT_MAX_FAILURES:
+                raise
+        else:
+            failures = 0
+            last.update(read)
+            for job_id, job in read.items():
+                if job is not None and job.state.is_terminal:
+                    del last[job_id]
+                    ended.append(job)
+                    on_end(job)
+        if not last:
+            return WaitResult(ended, {})
+        left = None if deadline is None else deadline - clock.monotonic()
+        if left is not None and left <= 0:
+            return WaitResult(ended, last)
+        if not waiting:
+            waiting = True
+            on_waiting(len(last))
+        clock.sleep(poll_seconds if left is None else min(poll_seconds, left))
+
+
+def wait_and_report(
+    client: JobsClient,
+    job_ids: Sequence[str],
+    *,
+    timeout: Timeout | None,
+    poll_seconds: float,
+    as_json: bool,
+    unrecorded: Collection[str] = (),
+) -> int:
+    """`wait_for_jobs` on the stack, a line per job as it ends and one per job the timeout left: the exit
+    status (0: all SUCCEEDED). The jobs of `unrecorded` were just sent: no record yet is the queue's delay."""
+    from spotrelay.aws.stack import JobNotFound, StackError
+
+    def read_job(job_id: str) -> Job | None:
+        try:
+            return client.job(job_id)
+        except JobNotFound:
+            if job_id in unrecorded:
+                return None
+            raise
+
+    def on_end(job: Job) -> None:
+        if as_json:
+            json_line(wait_row(job.job_id, job, timed_out=False))
+        else:
+            out.print(ended_line(job), markup=False, soft_wrap=True)
+
+    def on_waiting(pending: int) -> None:
+        if not as_json:
+            err.print(
+                f"waiting for {pending} job(s) to end, reading their records every {poll_seconds:g} s; Ctrl-C "
+                "stops waiting (the jobs go on)",
+                markup=False,
+                soft_wrap=True,
+            )
+
+    try:
+        result = wait_for_jobs(
+            read_job,
+            job_ids,
+            clock=command_clock(),
+            poll_seconds=poll_seconds,
+            timeout_seconds=None if timeout is None else timeout.seconds,
+            on_end=on_end,
+            on_waiting=on_waiting,
+        )
+    except StackError as e:
+        fail(str(e), e.code)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    for job_id, job in result.unfinished.items():
+        assert timeout is not None  # only a timeout leaves jobs unfinished
+        if as_json:
+            json_line(wait_row(job_id, job, timed_out=True))
+        else:
+            where = "not recorded yet" if job is None else f"still {job.state.value}"
+            out.print(f"{job_id} {where}: not ended within --timeout {timeout.text}", markup=False, soft_wrap=True)
+    return 0 if result.all_succeeded else 1
+
+
+def ended_line(job: Job) -> str:
+    """`<id> SUCCEEDED`, or `<id> FAILED: <why>`."""
+    why = f": {job.failure_reason}" if job.failure_reason and job.state is not JobState.SUCCEEDED else ""
+    return f"{job.job_id} {job.state.value}{why}"
+
+
+def wait_row(job_id: str, job: Job | None, *, timed_out: bool) -> dict[str, Any]:
+    """A line of `wait --json`: the job as it ended, or as the timeout found it."""
+    return {
+        "job_id": job_id,
+        "state": None if job is None else job.state.value,
+        "failure_reason": None if job is None else job.failure_reason,
+        "ended_at": None if job is None or job.ended_at is None else iso_time(job.ended_at),
+        "timed_out": timed_out,
+    }
 
 
 def log_text(line: LogLine) -> str:
@@ -446,20 +775,29 @@ def log_text(line: LogLine) -> str:
     )
 
 
-def job_row(job: Job) -> dict[str, Any]:
+def job_row(status: JobStatus, cost: JobCost) -> dict[str, Any]:
+    """A row of `ls --json`: what the table shows, and more."""
+    job, pool = status.job, shown_pool(status)
     return {
         "job_id": job.job_id,
         "name": job.spec.name,
         "state": job.state.value,
+        "pool": None if pool is None else pool.model_dump(mode="json"),  # as `status --json` writes a pool
+        "cost_usd": cost.total_usd,  # as `cost --json` counts it
+        "cost_is_estimate": cost.is_estimate,
         "work_done_hours": job.work_done_hours,
         "work_hours": job.spec.work_hours,
         "attempts": job.attempts,
         "interruptions": job.interruptions,
-        "cost_usd": job.cost_usd,  # of the ended attempts
-        "submitted_at": job.submitted_at.isoformat().replace("+00:00", "Z"),  # as `status --json` writes it
+        "submitted_at": iso_time(job.submitted_at),
+        "tags": job.spec.tags,
         "failure_reason": job.failure_reason,
         "waiting_reason": job.waiting_reason,
     }
+
+
+def iso_time(when: datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")  # as `status --json` writes a time
 
 
 def progress(job: Job) -> str:

@@ -29,6 +29,7 @@ import email.message
 import io
 import itertools
 import json
+import secrets
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -130,7 +131,9 @@ class InstanceMetadataService:
                 return 400, ""
             if not 1 <= ttl <= MAX_TOKEN_TTL_SECONDS:
                 return 400, ""
-            token = f"{instance_id}-token-{next(self._serial)}"
+            # unguessable, as IMDS's are (`local up` serves every instance on one port); expired ones forgotten
+            token = f"{next(self._serial)}-{secrets.token_urlsafe(24)}"
+            self._tokens = {t: owner for t, owner in self._tokens.items() if owner[1] > now}
             self._tokens[token] = (instance_id, now + ttl)
             return 200, token
         owner = self._tokens.get(headers.get(TOKEN_HEADER.lower(), ""))

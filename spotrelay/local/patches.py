@@ -39,6 +39,13 @@ CloudFormation (the synthesized template)
 - `FlowLogs.create_from_cloudformation_json`: an S3 destination with a key prefix
   (`arn:aws:s3:::bucket/prefix/`) keeps the bucket only (stock moto looks `bucket/prefix/` up as a bucket,
   fails, and raises IndexError); the flow log records nothing anyway.
+- `CloudFormationBackend.delete_change_set` and `.describe_change_set`: a change set that is not there is
+  not deleted (stock moto raises UnboundLocalError, a 500) and is ChangeSetNotFound (stock moto says "Stack
+  with id <name> does not exist"): what the CDK CLI asks about its previous change set before an update.
+- `Stack.stack_parameters`: an `AWS::SSM::Parameter::Value<...>` parameter's previous value is its SSM name
+  (stock moto gave the resolved value, which an update with UsePreviousValue then looked up as a name).
+- `ChangeSet.apply`: executing a change set (what `cdk deploy` does) gives the stack its new template's
+  outputs too (stock moto updates only the resources: a stack `cdk deploy` created had no outputs).
 - `Archive.create_from_cloudformation_json`: the name moto generates (`<stack>-<logical id>-<suffix>`) is
   cut to EventBridge's 48 characters, and the `EventPattern` object is passed as the JSON text moto parses.
 
@@ -112,6 +119,9 @@ import moto
 from botocore import session as botocore_session
 from botocore.auth import SigV4Auth
 from moto.awslambda.models import LambdaFunction
+from moto.cloudformation.exceptions import CloudFormationError
+from moto.cloudformation.exceptions import ValidationError as CfnValidationError
+from moto.cloudformation.models import ChangeSet, CloudFormationBackend
 from moto.cloudformation.models import Stack as CfnStack
 from moto.core import responses as moto_responses
 from moto.core import serialize as moto_serialize
@@ -406,6 +416,28 @@ EXPECTED: tuple[Expected, ...] = (
     ),
     Expected(DynamoTable, "all_items", "(self) -> list[moto.dynamodb.models.dynamo_type.Item]"),
     Expected(SigV4Auth, "signature", "(self, string_to_sign, request)"),
+    Expected(  # a change set's execution updates the stack's resources only (not its outputs)
+        ChangeSet,
+        "apply",
+        "(self) -> 'None'",
+        ("self.stack.resource_map.update(self.template_dict, self.parameters)",),
+    ),
+    Expected(CfnStack, "_create_output_map", "(self) -> 'OutputMap'"),
+    Expected(  # the resolved parameters: an SSM-typed one's value, not its name
+        CfnStack, "stack_parameters", None, ("return self.resource_map.resolved_parameters",)
+    ),
+    Expected(  # a name not found leaves `to_delete` unbound
+        CloudFormationBackend,
+        "delete_change_set",
+        "(self, change_set_name: 'str') -> 'None'",
+        ("if self.change_sets[cs].change_set_name == change_set_name:", "del self.change_sets[to_delete]"),
+    ),
+    Expected(  # a name not found raises the stack's ValidationError
+        CloudFormationBackend,
+        "describe_change_set",
+        "(self, change_set_name: 'str') -> 'ChangeSet | None'",
+        ("raise ValidationError(change_set_name)",),
+    ),
     Expected(  # a JSON template read as JSON (PyYAML's pure-Python loader took 2 s of every deploy for ours)
         CfnStack,
         "parse_template",
@@ -458,8 +490,10 @@ class MotoChanged(RuntimeError):
 
 
 def _unwrapped(owner: Any, name: str) -> Any:
-    """The attribute as moto defines it (classmethods and staticmethods unwrapped)."""
+    """The attribute as moto defines it (classmethods and staticmethods unwrapped, a property's getter)."""
     raw = inspect.getattr_static(owner, name) if inspect.isclass(owner) else getattr(owner, name)
+    if isinstance(raw, property):
+        return raw.fget
     return raw.__func__ if isinstance(raw, classmethod | staticmethod) else raw
 
 
@@ -914,6 +948,10 @@ class _ClockTime:
 # --- CloudFormation ----------------------------------------------------------------------------------
 
 
+class _ChangeSetNotFound(CloudFormationError):
+    code = "ChangeSetNotFoundException"  # the model's shape: serialized as ChangeSetNotFound, HTTP 404
+
+
 def _patch_cloudformation(patcher: _Patcher) -> None:
     cfn_models.register()
 
@@ -970,6 +1008,57 @@ def _patch_cloudformation(patcher: _Patcher) -> None:
     patcher.replace(StateMachine, "create_from_cloudformation_json", classmethod(create_state_machine))
     patcher.replace(StateMachine, "delete_from_cloudformation_json", classmethod(delete_state_machine))
     patcher.replace(StateMachine, "update_from_cloudformation_json", classmethod(update_state_machine))
+
+    # A stack made by executing a change set (`cdk deploy`) kept the outputs of the template it was created
+    # with, an empty one: describe-stacks listed none, and every command said the stack was not spotrelay's.
+    # As CloudFormation does, a change set's execution gives the stack its template's outputs
+    original_apply: Callable[[ChangeSet], None] = patcher.original(ChangeSet, "apply")
+
+    def apply(self: ChangeSet) -> None:
+        original_apply(self)
+        self.stack.template_dict = self.template_dict
+        self.stack.output_map = self.stack._create_output_map()
+
+    patcher.replace(ChangeSet, "apply", apply)
+
+    # The CDK CLI deletes its previous change set by name before it makes one; moto raises UnboundLocalError
+    # (an HTTP 500 the CLI cannot parse, and `cdk deploy` of an existing stack fails) when there is none.
+    # No change set of that name: nothing to delete
+    original_delete: Callable[[Any, str], None] = patcher.original(CloudFormationBackend, "delete_change_set")
+
+    def delete_change_set(self: Any, change_set_name: str) -> None:
+        known = change_set_name in self.change_sets or any(
+            c.change_set_name == change_set_name for c in self.change_sets.values()
+        )
+        if known:
+            original_delete(self, change_set_name)
+
+    patcher.replace(CloudFormationBackend, "delete_change_set", delete_change_set)
+
+    # ... and asks for it first: AWS answers ChangeSetNotFound (404), which the CLI takes for "none";
+    # stock moto answers "Stack with id <change set name> does not exist", which stops the deploy
+    original_describe: Callable[[Any, str], Any] = patcher.original(CloudFormationBackend, "describe_change_set")
+
+    def describe_change_set(self: Any, change_set_name: str) -> Any:
+        try:
+            return original_describe(self, change_set_name)
+        except CfnValidationError:
+            raise _ChangeSetNotFound(f"ChangeSet [{change_set_name}] does not exist") from None
+
+    patcher.replace(CloudFormationBackend, "describe_change_set", describe_change_set)
+
+    # A parameter of type AWS::SSM::Parameter::Value<...> holds the parameter's name, which CloudFormation
+    # resolves at each deployment. moto kept only the resolved value (an AMI id), so an update that keeps the
+    # previous value (`cdk deploy` of an existing stack: UsePreviousValue) looked that id up as a name, and
+    # failed. The previous value of such a parameter is its name, as given or the template's default
+    def stack_parameters(self: CfnStack) -> dict[str, Any]:
+        parameters = dict(self.resource_map.resolved_parameters)
+        for key, slot in (self.template_dict.get("Parameters") or {}).items():
+            if key in parameters and str(slot.get("Type", "")).startswith("AWS::SSM::Parameter::"):
+                parameters[key] = (self.parameters or {}).get(key, slot.get("Default"))
+        return parameters
+
+    patcher.replace(CfnStack, "stack_parameters", property(stack_parameters))
 
     def key_properties(properties: dict[str, Any], resource_name: str) -> str:
         properties["Tags"] = [

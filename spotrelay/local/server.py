@@ -9,6 +9,7 @@ intervals and heartbeats run in real (or scaled) time, because nothing drives a 
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import socket
@@ -18,8 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from moto.server import ThreadedMotoServer
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import make_server
 
 from spotrelay.aws.stack import DEFAULT_STACK
 from spotrelay.config import ENV_HEARTBEAT_SECONDS, SCHEDULE_MINUTES
@@ -27,6 +30,8 @@ from spotrelay.local.clock import WallClock
 from spotrelay.local.deploy import LocalStack
 from spotrelay.local.lambdas import REPO_ROOT
 from spotrelay.local.runtime import LocalRuntime
+from spotrelay.local.up_workers import PREFIX as UP_PREFIX
+from spotrelay.local.up_workers import LocalWorkers
 from spotrelay.market import MarketBuilder, SpotMarket
 
 DEFAULT_PORT = 5055
@@ -44,6 +49,7 @@ class ServedStack:
     endpoint_url: str
     stack: LocalStack
     runtime: LocalRuntime
+    workers: LocalWorkers | None = None
 
 
 def price_market(prices: Path, start: datetime) -> SpotMarket:
@@ -60,6 +66,24 @@ def _check_port(host: str, port: int) -> None:
             raise PortInUse(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
+class _Server:
+    """moto's server (as `ThreadedMotoServer` serves it), with `wrap` around its WSGI app."""
+
+    def __init__(self, host: str, port: int, wrap: Callable[[Any], Any] | None = None) -> None:
+        app: Any = DomainDispatcherApplication(create_backend_app)
+        self._server = make_server(
+            host, port, wrap(app) if wrap else app, threaded=True, request_handler=MotoRequestHandler
+        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto-server", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._thread.join()
+
+
 @contextmanager
 def serve_local_stack(
     *,
@@ -71,35 +95,70 @@ def serve_local_stack(
     speed: float = 1.0,
     code_root: Path = REPO_ROOT,
     quiet: bool = False,
+    workers: Path | None = None,
+    echo: Callable[[str], None] = lambda line: None,
 ) -> Iterator[ServedStack]:
-    """moto's server on host:port with the stack deployed; stops both when the block ends."""
+    """moto's server on host:port with the stack deployed; stops both when the block ends. With `workers` (a
+    scratch directory), every instance the control plane launches runs a real agent (spotrelay.local.up_workers)."""
     _check_port(host, port)
     clock = WallClock(market.start if market is not None else None, speed=speed)
-    # No worker runs on the instances here, so nothing heartbeats: a Run task would time out and the job be
-    # relaunched as lost every heartbeat (15 min). Launched jobs stay LAUNCHING instead, as the README says.
-    quiet_workers = {ENV_HEARTBEAT_SECONDS: str(NO_WORKER_HEARTBEAT_SECONDS)}
+    # Without workers nothing heartbeats: a Run task would time out and the job be relaunched as lost every
+    # heartbeat (15 min). Launched jobs stay LAUNCHING instead.
+    overrides = {} if workers is not None else {ENV_HEARTBEAT_SECONDS: str(NO_WORKER_HEARTBEAT_SECONDS)}
     with LocalRuntime(
-        clock=clock, market=market, region=region, code_root=code_root, quiet=quiet, function_overrides=quiet_workers
+        clock=clock, market=market, region=region, code_root=code_root, quiet=quiet, function_overrides=overrides
     ) as runtime:
         # werkzeug prints a line for every request (each boto3 call, each poll): its warnings are enough
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
+        endpoint_url = f"http://{host}:{port}"
+        instances: LocalWorkers | None = None
+        stack: LocalStack | None = None
+
+        def wrap(app: Any) -> Any:
+            def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+                if "HTTP_ORIGIN" in environ:
+                    return _refused(start_response, 403, BROWSER_REFUSED)
+                if environ.get("PATH_INFO", "").startswith(UP_PREFIX):
+                    if instances is None:
+                        return _refused(start_response, 404, "this local up runs no workers (--no-workers)")
+                    return instances.wsgi(app)(environ, start_response)
+                return app(environ, start_response)
+
+            return serve
+
+        server = _Server(host, port, wrap)
         server.start()
         stopped = threading.Event()
         schedule: threading.Thread | None = None
         try:
             stack = runtime.deploy(template)
+            if workers is not None:
+                instances = LocalWorkers(runtime, clock, stack, endpoint_url, workers, echo=echo)
+                instances.start()
             # moto runs no EventBridge schedule: fire the stack's (dispatch + reconcile) on the wall clock
             schedule = threading.Thread(
                 target=_fire_schedules, args=(runtime, stack, speed, stopped), name="schedule", daemon=True
             )
             schedule.start()
-            yield ServedStack(endpoint_url=f"http://{host}:{port}", stack=stack, runtime=runtime)
+            yield ServedStack(endpoint_url=endpoint_url, stack=stack, runtime=runtime, workers=instances)
         finally:
             stopped.set()
             if schedule is not None:
                 schedule.join(timeout=30)
+            if instances is not None:
+                instances.stop()
             server.stop()
+
+
+# A browser sends Origin with every cross-origin request (its CORS preflight, and a form's POST), an SDK or the
+# AWS CLI never does. moto's server answers any origin's preflight, so without this any web page open in a
+# browser on this machine could send a job to the queue, and with workers its command would run here.
+BROWSER_REFUSED = "local up answers no browser (a request with an Origin header): use the AWS CLI or an SDK"
+
+
+def _refused(start_response: Callable[..., Any], status: int, message: str) -> list[bytes]:
+    start_response(f"{status} Refused", [("Content-Type", "application/json")])
+    return [json.dumps({"error": message}).encode()]
 
 
 def _fire_schedules(runtime: LocalRuntime, stack: LocalStack, speed: float, stopped: threading.Event) -> None:
@@ -125,6 +184,12 @@ def describe(served: ServedStack) -> list[str]:
         f"  bucket          {stack.bucket_name}",
         f"  state machine   {stack.state_machine_arn}",
         f"  launch template {stack.launch_template_id}",
+        f"  agent log group {stack.outputs.get('AgentLogGroupName', '-')}   (spotrelay logs JOB_ID)",
+        (
+            f"  instances       each runs a real agent and the job's command, in {served.workers.root}/<instance id>"
+            if served.workers is not None
+            else "  instances       run no agent (--no-workers): launched jobs stay LAUNCHING"
+        ),
         "  subnets         " + ", ".join(f"{zone} {subnet}" for zone, subnet in stack.subnets.items()),
         "  functions",
         *(f"    {name:<12}  {function}" for name, function in stack.functions.items()),
@@ -132,10 +197,18 @@ def describe(served: ServedStack) -> list[str]:
         "Try it (any credentials do):",
         f"  export AWS_REGION={stack.region} AWS_DEFAULT_REGION={stack.region} AWS_ACCESS_KEY_ID=testing "
         f"AWS_SECRET_ACCESS_KEY=testing AWS_ENDPOINT_URL={served.endpoint_url}",
-        f"  spotrelay submit events/jobs/resnet50.yaml{_stack_option(stack.stack_name)}   # prints the job's id",
+        f"  spotrelay submit events/jobs/tiny-train.yaml{_stack_option(stack.stack_name)}   # prints the job's id",
         *(
             f"  spotrelay {command}{_stack_option(stack.stack_name)}"
-            for command in ("status JOB_ID", "ls --all", "cancel JOB_ID")
+            for command in ("status JOB_ID", "logs -f JOB_ID", "ls --all", "cost JOB_ID", "cancel JOB_ID")
+        ),
+        *(
+            [
+                f"  spotrelay local interrupt --job JOB_ID{_stack_option(stack.stack_name)}   "
+                "# a spot interruption: the two-minute warning, then the instance ends",
+            ]
+            if served.workers is not None
+            else []
         ),
         "or with the AWS CLI:",
         f"  aws --endpoint-url {served.endpoint_url} sqs send-message --queue-url {stack.queue_url} "
@@ -163,13 +236,26 @@ def run_local_up(
     speed: float,
     echo: Callable[[str], None],
     until: threading.Event | None = None,
+    workers: Path | None = None,
+    verbose: bool = False,
 ) -> int:
-    """Serve until Ctrl-C (or `until` is set); returns the exit status."""
+    """Serve until Ctrl-C (or `until` is set); returns the exit status. `workers`: the instances' scratch
+    directories (None: the instances run no agent). `verbose`: every function's log lines and metrics here
+    (else their errors only)."""
     market = price_market(prices, datetime.now(UTC)) if prices is not None else None
     stop = until or threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())  # `kill`, docker stop: as Ctrl-C
-    with serve_local_stack(port=port, region=region, template=template, market=market, speed=speed) as served:
+    with serve_local_stack(
+        port=port,
+        region=region,
+        template=template,
+        market=market,
+        speed=speed,
+        workers=workers,
+        echo=echo,
+        quiet=not verbose,
+    ) as served:
         try:
             for line in describe(served):
                 echo(line)

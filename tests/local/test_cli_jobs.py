@@ -1,4 +1,4 @@
-"""`spotrelay submit / status / ls / logs / cost / cancel` against the deployed stack (in moto, the
+"""`spotrelay submit / status / ls / logs / cost / wait / cancel` against the deployed stack (in moto, the
 handlers in-process, on the virtual clock), found by the stack's name alone, as a user runs them after
 `cdk deploy`."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from spotrelay.agent.logs import JobLogger, ship_to_cloudwatch
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.catalog import INSTANCE_TYPES
 from spotrelay.cli import app, jobs
+from spotrelay.clock import ClockEvent, ClockThread
 from spotrelay.config import TAG_JOB_ID
 from spotrelay.control.vend import attempt_log_stream
 from spotrelay.local import LocalRuntime, LocalStack, VirtualClock
@@ -332,3 +333,276 @@ def test_cost_and_status_count_a_live_instance_at_the_spot_prices_in_effect_and_
     assert status["running_cost_usd"] == pytest.approx(spent)
     assert status["cost_usd"] == pytest.approx(spent)
     assert status["cost_is_estimate"] is True
+
+
+class DrivenClock:
+    """The clock `wait` counts on, driven by the test: each sleep first plays the next of `steps` (the agent
+    reporting, the dispatcher's schedule) as the driver, then moves the virtual clock on by the sleep. No
+    step left: the time passes and nothing happens."""
+
+    def __init__(self, clock: VirtualClock, *steps: Callable[[], None]) -> None:
+        self.clock = clock
+        self.steps = list(steps)
+        self.slept: list[float] = []
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def monotonic(self) -> float:
+        return self.clock.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        if self.steps:
+            self.steps.pop(0)()
+        self.clock.advance_by(seconds)
+
+    def event(self) -> ClockEvent:
+        return self.clock.event()
+
+    def start_thread(self, name: str, target: Callable[[], None]) -> ClockThread:
+        return self.clock.start_thread(name, target)
+
+
+def waited(clock: VirtualClock, *args: str) -> Any:
+    """A command that waits (`wait`, `submit --wait`), its clock driving the system as it polls: the driver
+    holds the baton only in each step (a `run` holds it throughout)."""
+    clock.wait_quiescent()
+    result = CliRunner().invoke(app, list(args))
+    clock.wait_quiescent()
+    return result
+
+
+def task_token(runtime: LocalRuntime, job_id: str) -> str:
+    """What the job's agent reads: the task token of its latest attempt."""
+    token = DynamoJobStore(deployed(runtime).table_name, runtime.dynamodb).attempts(job_id)[-1].task_token
+    assert token is not None
+    return token
+
+
+def agent_reports(runtime: LocalRuntime, clock: VirtualClock, job_id: str, exit_code: int) -> Callable[[], None]:
+    """A step: the job's agent reports that the job exited with `exit_code`, as the agent does."""
+
+    def report() -> None:
+        token = task_token(runtime, job_id)
+        with clock.exclusive():
+            if exit_code == 0:
+                runtime.sfn.send_task_success(taskToken=token, output=json.dumps({"exit_code": 0}))
+            else:
+                cause = json.dumps({"exit_code": exit_code, "log_tail": "CUDA out of memory"})
+                runtime.sfn.send_task_failure(taskToken=token, error="JobFailed", cause=cause)
+        clock.wait_quiescent()
+
+    return report
+
+
+def state_of(runtime: LocalRuntime, job_id: str) -> JobState:
+    job, _ = DynamoJobStore(deployed(runtime).table_name, runtime.dynamodb).get_job(job_id)
+    return job.state
+
+
+@pytest.fixture
+def no_restart_job(tmp_path: Path) -> Path:
+    """A job whose code failing fails it (no restarts)."""
+    job_file = tmp_path / "fragile.yaml"
+    job_file.write_text(
+        "name: fragile\nrun: {command: python train.py}\nresources: {gpus: 1}\nlimits: {max_restarts: 0}\n"
+        "tags: {team: speech}\n"
+    )
+    return job_file
+
+
+def test_wait_prints_each_job_as_it_ends_and_exits_1_when_one_failed(
+    runtime: LocalRuntime,
+    clock: VirtualClock,
+    events_dir: Path,
+    no_restart_job: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given two running jobs: the first succeeds at the second poll, the other's code fails at the third
+    first = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    second = submit(clock, no_restart_job)
+    driven = DrivenClock(
+        clock, lambda: None, agent_reports(runtime, clock, first, 0), agent_reports(runtime, clock, second, 3)
+    )
+    monkeypatch.setattr(jobs, "command_clock", lambda: driven)
+    # When the user waits for both (the first given twice)
+    result = waited(clock, "wait", first, second, first)
+    # Then each job's line came as it ended: its state, and why the failed one failed; exit 1
+    assert result.exit_code == 1, result.output
+    # (the reason as Recover wrote it: moto's SendTaskFailure drops the agent's cause, so no exit code here)
+    failed, _ = DynamoJobStore(deployed(runtime).table_name, runtime.dynamodb).get_job(second)
+    assert failed.failure_reason is not None
+    assert failed.failure_reason.startswith("JobFailed: the job exited with code ")
+    assert result.stdout.splitlines() == [f"{first} SUCCEEDED", f"{second} FAILED: {failed.failure_reason}"]
+    assert "waiting for 2 job(s) to end, reading their records every 5 s" in result.stderr
+    # polled every 5 s, on the clock it was given: the records read after each step
+    assert driven.slept == [5.0, 5.0, 5.0]
+    assert (state_of(runtime, first), state_of(runtime, second)) == (JobState.SUCCEEDED, JobState.FAILED)
+    # And waiting again for the one that succeeded answers at once, exit 0, with the JSON line when asked
+    again = waited(clock, "wait", first, "--json")
+    assert again.exit_code == 0, again.output
+    (answer,) = [json.loads(line) for line in again.stdout.splitlines()]
+    assert answer == {
+        "job_id": first,
+        "state": "SUCCEEDED",
+        "failure_reason": None,
+        "ended_at": (START + timedelta(seconds=5)).isoformat().replace("+00:00", "Z"),  # at the second sleep
+        "timed_out": False,
+    }
+    assert driven.slept == [5.0, 5.0, 5.0]
+
+
+def test_wait_gives_up_at_its_timeout_and_says_which_job_is_still_running(
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    driven = DrivenClock(clock)
+    monkeypatch.setattr(jobs, "command_clock", lambda: driven)
+    # When the user waits at most 12 s, polling every 5 s, for a job that goes on running
+    result = waited(clock, "wait", job_id, "--timeout", "12s")
+    # Then the wait stops at 12 s (the last sleep cut to the deadline), exit 1, and says where the job is
+    assert result.exit_code == 1, result.output
+    assert driven.slept == [5.0, 5.0, 2.0]
+    assert result.stdout.splitlines() == [f"{job_id} still LAUNCHING: not ended within --timeout 12s"]
+    assert state_of(runtime, job_id) is JobState.LAUNCHING
+    # And as JSON, the same in a line
+    as_json = waited(clock, "wait", job_id, "--timeout", "0", "--json")
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.stdout) == {
+        "job_id": job_id,
+        "state": "LAUNCHING",
+        "failure_reason": None,
+        "ended_at": None,
+        "timed_out": True,
+    }
+
+
+def test_submit_wait_waits_for_the_dispatcher_to_record_the_job_then_for_its_end(
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a submission that does not wake the dispatcher: the job has no record until its schedule runs
+    def schedule() -> None:
+        with clock.exclusive():
+            for rule in deployed(runtime).schedule_rules:
+                runtime.fire_schedule(rule)
+        clock.wait_quiescent()
+
+    driven = DrivenClock(clock, schedule)
+    monkeypatch.setattr(jobs, "command_clock", lambda: driven)
+
+    def job_succeeds() -> None:  # once launched, the job's agent reports success
+        (launch,) = runtime.market_launches()
+        agent_reports(runtime, clock, launch.tags[TAG_JOB_ID], 0)()
+
+    driven.steps.append(job_succeeds)
+    # When the user submits it with --wait
+    result = waited(clock, "submit", str(events_dir / "jobs" / "resnet50.yaml"), "--no-wake", "--wait")
+    # Then it printed the job id, waited through its time in the queue, and its end: exit 0
+    assert result.exit_code == 0, result.output
+    job_id, ended = result.stdout.splitlines()
+    assert ended == f"{job_id} SUCCEEDED"
+    assert state_of(runtime, job_id) is JobState.SUCCEEDED
+    assert driven.slept == [5.0, 5.0]
+
+
+def test_cancel_of_many_jobs_cancels_each_and_says_which_it_could_not(
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path, no_restart_job: Path
+) -> None:
+    first = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    second = submit(clock, no_restart_job)
+    first_launch, second_launch = runtime.market_launches()
+    # When the user cancels both, with a mistyped id between them
+    result = run(clock, "cancel", first, "fragile-0123", second)
+    # Then both are cancelled, each on its line, and the mistyped id is the error line: exit 2
+    assert result.exit_code == 2, result.output
+    assert result.stdout.splitlines() == [
+        f"{first} CANCELLED; terminated {first_launch.instance_id}",
+        f"{second} CANCELLED; terminated {second_launch.instance_id}",
+    ]
+    assert result.stderr.splitlines() == [
+        "error: fragile-0123 not cancelled: no job fragile-0123: a job id ends in - and 12 hex digits, as "
+        "`spotrelay submit` printed it"
+    ]
+    assert (state_of(runtime, first), state_of(runtime, second)) == (JobState.CANCELLED, JobState.CANCELLED)
+    # And cancelling them again changes nothing: a JSON line each, exit 0
+    again = run(clock, "cancel", first, second, "--json")
+    assert again.exit_code == 0, again.output
+    answers = [json.loads(line) for line in again.stdout.splitlines()]
+    assert [(a["job_id"], a["already_ended"], a["state"]) for a in answers] == [
+        (first, True, "CANCELLED"),
+        (second, True, "CANCELLED"),
+    ]
+
+
+def test_ls_filters_by_state_and_tag_and_shows_name_pool_and_cost_so_far(
+    runtime: LocalRuntime,
+    clock: VirtualClock,
+    events_dir: Path,
+    no_restart_job: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(jobs, "utc_now", clock.now)  # costs count to the virtual clock's now
+    # Given a vision job an hour on its spot instance, and a speech job cancelled at once
+    vision = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    speech = submit(clock, no_restart_job)
+    assert run(clock, "cancel", speech).exit_code == 0
+    token = task_token(runtime, vision)
+    while clock.now() < START + timedelta(hours=1):
+        clock.advance_to(min(START + timedelta(hours=1), clock.now() + timedelta(minutes=5)))
+        with clock.exclusive():
+            runtime.sfn.send_task_heartbeat(taskToken=token)
+        clock.wait_quiescent()
+    # When the user lists the vision team's jobs
+    listed = run(clock, "ls", "--tag", "team=vision", "--json")
+    # Then it is the live one, with its name, pool and cost so far (an estimate: the instance runs)
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.stdout)
+    assert (row["job_id"], row["name"], row["state"], row["tags"]) == (
+        vision,
+        "resnet50",
+        "LAUNCHING",
+        {"team": "vision"},
+    )
+    assert row["pool"] == {"instance_type": "g6.xlarge", "availability_zone": "us-east-1a", "market": "spot"}
+    assert row["cost_usd"] == pytest.approx(0.35)
+    assert row["cost_is_estimate"] is True
+    # And the table shows the same
+    table = run(clock, "ls", "--tag", "team=vision", "--state", "launching").stdout
+    (id_line,) = [line for line in table.splitlines() if vision in line]
+    assert id_line.split() == [vision, "LAUNCHING", "g6.xlarge", "0.35*", "11-30"]
+    assert "resnet50" in table
+    assert "us-east-1a" in table
+    # And --state of an ended state finds the cancelled job without --all, where it ran, at what it cost
+    ended = json.loads(run(clock, "ls", "--state", "CANCELLED", "--state", "FAILED", "--json").stdout)
+    assert [(r["job_id"], r["state"], r["pool"]["instance_type"]) for r in ended] == [
+        (speech, "CANCELLED", "g6.xlarge")
+    ]
+    assert ended[0]["cost_is_estimate"] is False
+    # And a filter nothing matches says so
+    none = run(clock, "ls", "--tag", "team=vision", "--state", "RUNNING")
+    assert none.exit_code == 0
+    assert none.stdout == ""
+    assert none.stderr.strip() == (
+        "no jobs match --state RUNNING --tag team=vision among the queued and live ones (`--all`: ended ones too)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["ls", "--state", "DONE"], "error: --state 'DONE': not a job state; allowed: QUEUED, PLACING, WAITING, "),
+        (["ls", "--tag", "team"], "error: --tag 'team': expected KEY=VALUE, a tag of the job spec's `tags`"),
+        (["wait", "nope-0123456789ab"], "error: no job nope-0123456789ab in stack SpotRelay: not submitted there"),
+        (["wait", "resnet50"], "error: no job resnet50: a job id ends in - and 12 hex digits"),
+        (["wait", "nope-0123456789ab", "--timeout", "soon"], "error: --timeout: 'soon' is not a duration ("),
+    ],
+)
+def test_a_bad_filter_timeout_or_job_id_is_a_one_line_error(
+    runtime: LocalRuntime, clock: VirtualClock, args: list[str], says: str
+) -> None:
+    result = run(clock, *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(says)
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stdout == ""

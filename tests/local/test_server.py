@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import socket
-import time
+import sys
+import urllib.error
+import urllib.request
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,11 +16,16 @@ import boto3
 import pytest
 from botocore.config import Config
 from typer.testing import CliRunner
+from waiting import POLLING, Polls, eventually
 
 from spotrelay.cli import app
+from spotrelay.local.lambdas import REPO_ROOT
 from spotrelay.local.server import NO_WORKER_HEARTBEAT_SECONDS, describe, price_market, serve_local_stack
 
 from .conftest import START
+
+# `spotrelay status` is a CLI run (a few tens of ms): asked every 0.1 s, at most 1,200 times
+STATUS_POLLS = Polls(count=1_200, interval_seconds=0.1)
 
 
 def free_port() -> int:
@@ -61,6 +68,17 @@ def test_a_client_of_the_endpoint_runs_a_job(
         assert launch.spot_price == market.price(launch.pool, market.to_hours(launch.at))
         reservations = ec2.describe_instances(InstanceIds=[launch.instance_id])["Reservations"]
         assert reservations[0]["Instances"][0]["InstanceLifecycle"] == "spot"
+        # And a browser's request (it carries an Origin) is refused: a web page cannot send jobs here
+        preflight = urllib.request.Request(
+            served.endpoint_url + "/", method="OPTIONS", headers={"Origin": "http://evil.example"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.build_opener(urllib.request.ProxyHandler({})).open(preflight, timeout=10)
+        assert refused.value.code == 403
+        # And without workers there is nothing to interrupt, and `local interrupt` says so
+        nothing = CliRunner().invoke(app, ["local", "interrupt", "--job", "x", "--endpoint-url", served.endpoint_url])
+        assert nothing.exit_code == 1
+        assert "runs no workers" in nothing.output
         printed = "\n".join(describe(served))
         assert served.endpoint_url in printed
         assert stack.queue_url in printed
@@ -88,16 +106,16 @@ def test_spotrelay_submit_and_status_reach_the_stack_through_the_endpoint(
         # Then the woken dispatcher admitted it and EC2 started its instance (on the execution's thread)
         assert served.runtime.market is not None
         (launch,) = served.runtime.market.wait_for_launches(1, timeout=20)
+
         # And status, through the endpoint, names that instance once Launch has recorded it (on the wall
-        # clock nothing says when that is: ask until it is there, for at most 20 s)
-        give_up = time.monotonic() + 20
-        while True:
+        # clock nothing says when that is: ask until it is there)
+        def recorded() -> list[dict[str, Any]] | None:
             status = CliRunner().invoke(app, ["status", job_id, "--json", *endpoint])
             assert status.exit_code == 0, status.output
-            attempts = json.loads(status.stdout)["attempts"]
-            if (attempts and attempts[0]["instance_id"]) or time.monotonic() > give_up:
-                break
-            time.sleep(0.2)  # a poll interval: leave the two cores to the Launch it waits for
+            attempts: list[dict[str, Any]] = json.loads(status.stdout)["attempts"]
+            return attempts if attempts and attempts[0]["instance_id"] else None
+
+        attempts = eventually(recorded, "the attempt's instance", on=STATUS_POLLS)
         assert [a["instance_id"] for a in attempts] == [launch.instance_id]
 
 
@@ -126,3 +144,98 @@ def test_local_up_runs_the_schedule_and_keeps_a_workerless_launch_from_timing_ou
         (execution,) = sfn.list_executions(stateMachineArn=served.stack.state_machine_arn)["executions"]
         started = json.loads(sfn.describe_execution(executionArn=execution["executionArn"])["input"])
         assert started["heartbeat_seconds"] == NO_WORKER_HEARTBEAT_SECONDS == 30 * 24 * 3600
+
+
+TINY_TRAIN = REPO_ROOT / "events" / "jobs" / "tiny_train.py"
+
+
+def test_local_up_runs_a_job_on_a_real_agent_and_resumes_it_elsewhere_after_an_interruption(
+    synthesized_template: Path, events_dir: Path, tmp_path: Path
+) -> None:
+    market = price_market(events_dir / "prices" / "us-east-1-example.csv", START + timedelta(hours=1))
+    instances = tmp_path / "instances"
+    # Given local up with workers: each instance runs `spotrelay agent`, which runs the job's command here
+    with serve_local_stack(
+        port=free_port(), template=synthesized_template, market=market, quiet=True, workers=instances
+    ) as served:
+        endpoint = ["--endpoint-url", served.endpoint_url, "--region", served.stack.region]
+        spec = {
+            "name": "tiny-train",
+            "run": {"command": f"exec {sys.executable} {TINY_TRAIN} --epochs 20 --epoch-seconds 0.5"},
+            "resources": {"gpus": 1, "gpu_models": ["T4"]},
+            "checkpoint": {"dir": "/ckpt", "interval_minutes": 1, "grace_seconds": 10},
+            "limits": {"max_price_per_hour": 1.0},
+            "work_hours": 0.002,
+        }
+        job_file = tmp_path / "tiny-train.yaml"
+        job_file.write_text(json.dumps(spec))
+        submitted = CliRunner().invoke(app, ["submit", str(job_file), *endpoint])
+        assert submitted.exit_code == 0, submitted.output
+        job_id = submitted.stdout.strip()
+
+        def status() -> dict[str, Any]:
+            shown = CliRunner().invoke(app, ["status", job_id, "--json", *endpoint])
+            assert shown.exit_code == 0, shown.output
+            return dict(json.loads(shown.stdout))
+
+        def output_of(attempt: dict[str, Any]) -> str:
+            return "\n".join(p.read_text() for p in (instances / attempt["instance_id"]).glob("state/*.log"))
+
+        # When its first instance's job has trained an epoch (its output says so), the user interrupts it
+        first = eventually(lambda: next(iter(status()["attempts"]), None), "the first attempt", on=STATUS_POLLS)
+        eventually(lambda: "epoch 1/20" in output_of(first), "the job's first epoch", on=POLLING)
+        interrupted = CliRunner().invoke(
+            app, ["local", "interrupt", "--job", job_id, "--notice", "30s", "--endpoint-url", served.endpoint_url]
+        )
+        assert interrupted.exit_code == 0, interrupted.output
+        assert first["instance_id"] in interrupted.stdout
+        # (a second interruption of the same instance is refused: its warning and deadline stand)
+        twice = CliRunner().invoke(
+            app, ["local", "interrupt", first["instance_id"], "--endpoint-url", served.endpoint_url]
+        )
+        assert twice.exit_code == 1
+        assert "already has its interruption warning: it ends at" in twice.output
+        # Then the job succeeds on a second instance in another pool, which resumed from the first's checkpoint
+        ended = {"SUCCEEDED", "FAILED", "CANCELLED"}
+        done = eventually(lambda: s if (s := status())["job"]["state"] in ended else None, "its end", on=STATUS_POLLS)
+        assert done["job"]["state"] == "SUCCEEDED", done
+        one, two = done["attempts"]
+        assert one["outcome"] == "INTERRUPTED"
+        assert two["pool"] != one["pool"]
+        assert "resumed from epoch" in output_of(two)
+        assert "epoch 20/20" in output_of(two)
+        # And both instances are terminated in moto, their agents gone
+        ec2 = served.runtime.ec2
+        states = {
+            i["InstanceId"]: i["State"]["Name"]
+            for r in ec2.describe_instances(InstanceIds=[one["instance_id"], two["instance_id"]])["Reservations"]
+            for i in r["Instances"]
+        }
+        assert set(states.values()) == {"terminated"}
+        workers = served.workers
+        assert workers is not None
+        eventually(lambda: all(i.agent is None for i in workers.instances.values()), "the agents' exit", on=POLLING)
+        # And an interruption of the ended job is refused, saying why
+        again = CliRunner().invoke(app, ["local", "interrupt", "--job", job_id, "--endpoint-url", served.endpoint_url])
+        assert again.exit_code == 1
+        assert f"job {job_id} has no running instance" in again.output
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "says"),
+    [
+        ([], 2, "give an INSTANCE_ID or --job JOB_ID"),
+        (["i-0abc", "--job", "train-1"], 2, "give an INSTANCE_ID or --job JOB_ID"),
+        (["--job", "train-1", "--notice", "soon"], 2, "--notice: 'soon' is not a duration"),
+        (["--job", "train-1", "--notice", "2h"], 2, "--notice: '2h' is not between 1s and 1h"),
+        (["--job", "train-1", "--notice", "0s"], 2, "--notice: '0s' is not between 1s and 1h"),
+        (["--job", "train-1"], 1, "cannot reach `spotrelay local up` at http://localhost:"),
+    ],
+)
+def test_local_interrupt_says_what_is_wrong(arguments: list[str], code: int, says: str) -> None:
+    # (nothing listens on the port of the last case)
+    result = CliRunner().invoke(
+        app, ["local", "interrupt", *arguments, "--endpoint-url", f"http://localhost:{free_port()}"]
+    )
+    assert result.exit_code == code, result.output
+    assert says in result.output

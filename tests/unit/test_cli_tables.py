@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,17 +23,41 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> Console:
     return console
 
 
-def test_ls_keeps_ids_states_and_progress_whole_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ls_keeps_ids_names_states_pools_and_costs_whole_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     console = terminal(monkeypatch)
+    # Given a job between pools after three interruptions, and one an hour on an on-demand instance
+    on_demand = Pool(instance_type="g4dn.12xlarge", availability_zone="us-east-1a", market=Market.ON_DEMAND)
+    live = Attempt(
+        job_id="resnet50-f6ef9928557f",
+        attempt=1,
+        pool=on_demand,
+        hourly_price=3.912,
+        instance_id="i-9bf0d0c19e8805840",
+        started_at=NOW,
+    )
+    bert = SPEC.model_copy(update={"name": "bert-finetune"})
     listed = [
-        Job(job_id=LONG_ID, spec=SPEC, state=JobState.RECOVERING, submitted_at=NOW, updated_at=NOW, interruptions=3),
-        Job(job_id="resnet50-f6ef9928557f", spec=SPEC, state=JobState.LAUNCHING, submitted_at=NOW, updated_at=NOW),
+        JobStatus(
+            Job(
+                job_id=LONG_ID, spec=bert, state=JobState.RECOVERING, submitted_at=NOW, updated_at=NOW, interruptions=3
+            ),
+            [],
+        ),
+        JobStatus(
+            Job(job_id="resnet50-f6ef9928557f", spec=SPEC, state=JobState.RUNNING, submitted_at=NOW, updated_at=NOW),
+            [live],
+        ),
     ]
     monkeypatch.setattr(jobs, "on_stack", lambda *args: listed)
+    monkeypatch.setattr(jobs, "utc_now", lambda: NOW + timedelta(hours=1))
+    # When `ls` prints them in an 80-column terminal
     jobs.ls_command(stack="SpotRelay", region=None, endpoint_url=None, ended=False, as_json=False)
+    # Then nothing is cut short: ids, names, states, progress, pools, costs (the live one's an estimate)
     text = console.export_text()
     assert "…" not in text
-    for whole in (LONG_ID, "RECOVERING", "0.00/6 h", "3 lost", "resnet50-f6ef9928557f", "LAUNCHING", "11-30 13:00"):
+    for whole in (LONG_ID, "bert-finetune", "RECOVERING", "0.00/6 h", "3 lost", "11-30", "13:00"):
+        assert whole in text
+    for whole in ("resnet50-f6ef9928557f", "RUNNING", "g4dn.12xlarge", "us-east-1a", "on-demand", "3.91*"):
         assert whole in text
 
 
