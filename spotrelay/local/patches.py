@@ -5,6 +5,8 @@ to no Lambda or Step Functions target, waits in real time, and deploys some temp
 `install(...)` replaces these private moto attributes (and `uninstall()` puts them back):
 
 Lambda and EventBridge
+- `StepFunctionResponse.send_task_failure`: the `cause` reaches the execution (stock moto passes the error
+  only: a task the agent failed reached Recover without its exit code and last lines).
 - `LambdaFunction._invoke_lambda`: the handler runs in-process (`spotrelay.local.lambdas`), with the
   function's environment; errors come back as Lambda's error envelope. Asynchronous (`Event`)
   invocations go through the same method: moto runs them synchronously, in the caller's thread.
@@ -63,7 +65,7 @@ Speed (the same answers, less work: a replay makes thousands of calls and moto's
 serializer was most of their cost)
 - `BaseJSONSerializer._serialize_type_structure`: a DynamoDB `AttributeValue` ({"S": ...}, {"M": ...},
   ...) becomes its wire JSON directly; the generic path asks the value picker for each of the shape's ten
-  members at every level of every item (a 40-attribute GetItem: 16 ms, most of it there). Anything
+  members at every level of every item (most of a large GetItem's time went there). Anything
   else, or an attribute value of a shape this does not know, takes moto's path.
 - `moto.core.responses.method_names_from_class`: remembered per class (`inspect.getmembers` over the
   whole response class at every request).
@@ -75,7 +77,7 @@ serializer was most of their cost)
 - `dynamodb Table.query` and `.all_items`: a Query's candidates are its partition's items (an index
   Query: the items whose index hash attributes match), not every item of the table sorted.
 - botocore's `session.create_loader`: one data loader per search path for every session (each new session
-  decoded the service models' JSON again: 90 ms for its first DynamoDB client); the shared loader's search
+  decoded the service models' JSON again for its first client); the shared loader's search
   paths ignore the duplicate each boto3 Session appends.
 - `lambda_eval_utils.boto_client_for`: a Lambda task's client, one per region and service (moto made one per
   task, always with the same fixed keys).
@@ -126,6 +128,7 @@ from moto.cloudformation.models import Stack as CfnStack
 from moto.core import responses as moto_responses
 from moto.core import serialize as moto_serialize
 from moto.core.constants import MISSING as MOTO_MISSING
+from moto.core.responses import EmptyResult
 from moto.core.serialize import AttributePicker, AttributePickerContext, BaseJSONSerializer
 from moto.core.utils import get_value as moto_get_value
 from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX as DYNAMODB_ERROR_PREFIX
@@ -156,6 +159,7 @@ from moto.stepfunctions.parser.asl.parse import asl_parser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 from moto.stepfunctions.parser.asl.utils import json_path as sfn_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 
 from spotrelay.local import cfn_models
 from spotrelay.local.clock import SimulationClock
@@ -196,6 +200,18 @@ _SFN_ENV = "moto.stepfunctions.parser.asl.eval.environment.Environment"
 
 EXPECTED: tuple[Expected, ...] = (
     Expected(LambdaFunction, "_invoke_lambda", "(self, event: 'str | None' = None) -> 'tuple[str, bool, str]'"),
+    Expected(  # the response handler passes the error only; the executing backend takes the cause too
+        sfn_responses.StepFunctionResponse,
+        "send_task_failure",
+        "(self) -> moto.core.responses.ActionResult",
+        ("self.stepfunction_backend.send_task_failure(task_token, error=error)",),
+    ),
+    Expected(
+        StepFunctionsParserBackend,
+        "send_task_failure",
+        "(self, task_token: str, error: str = None, cause: str = None) -> "
+        "moto.stepfunctions.parser.api.SendTaskFailureOutput",
+    ),
     Expected(  # the replay's window: the events it delivers are `archive.events`, its times the request's
         EventsReplay,
         "replay_events",
@@ -438,7 +454,7 @@ EXPECTED: tuple[Expected, ...] = (
         "(self, change_set_name: 'str') -> 'ChangeSet | None'",
         ("raise ValidationError(change_set_name)",),
     ),
-    Expected(  # a JSON template read as JSON (PyYAML's pure-Python loader took 2 s of every deploy for ours)
+    Expected(  # a JSON template read as JSON (PyYAML's pure-Python loader was most of every deploy)
         CfnStack,
         "parse_template",
         "(template: 'str') -> 'dict[str, Any]'",
@@ -655,6 +671,7 @@ def install(clock: SimulationClock, lambdas: InProcessLambdas, market: Ec2Market
         deliveries: list[Delivery] = []
         try:
             _patch_lambda(patcher, lambdas)
+            _patch_task_failure(patcher)
             _patch_events(patcher, deliveries)
             _patch_clock(patcher, clock)
             _patch_sqs_clock(patcher, clock)
@@ -687,6 +704,20 @@ def stop_stray_executions() -> int:
 
 
 # --- Lambda ------------------------------------------------------------------------------------------
+
+
+def _patch_task_failure(patcher: _Patcher) -> None:
+    """SendTaskFailure keeps its `cause`, as Step Functions does: moto's response handler passed only the error
+    on, so a task failed by the agent (JobFailed with the exit code and the job's last lines) reached Recover
+    with no cause, and `status` said "exited with code None"."""
+
+    def send_task_failure(self: sfn_responses.StepFunctionResponse) -> Any:
+        task_token = self._get_param("taskToken")
+        backend: Any = self.stepfunction_backend
+        backend.send_task_failure(task_token, error=self._get_param("error"), cause=self._get_param("cause"))
+        return EmptyResult()
+
+    patcher.replace(sfn_responses.StepFunctionResponse, "send_task_failure", send_task_failure)
 
 
 def _patch_lambda(patcher: _Patcher, lambdas: InProcessLambdas) -> None:
@@ -1223,7 +1254,7 @@ def _patch_speed(patcher: _Patcher) -> None:
     patcher.replace(moto_responses, "method_names_from_class", method_names_from_class)
 
     # CloudFormation reads a template as YAML first, JSON only if that fails: JSON is YAML, so a synthesized
-    # template (JSON, 300 KB) went through PyYAML's pure-Python loader, about 2 s of every deploy. JSON first
+    # template (JSON, 300 KB) goes through PyYAML's pure-Python loader, most of every deploy. JSON first
     # for a document that is one: the same dict (tests/local/test_patches_speed.py compares them)
     original_template: Callable[[str], dict[str, Any]] = patcher.original(CfnStack, "parse_template")
 
@@ -1239,7 +1270,7 @@ def _patch_speed(patcher: _Patcher) -> None:
 
     patcher.replace(CfnStack, "parse_template", staticmethod(parse_template))
 
-    # Step Functions parses a state machine's definition (ANTLR: about 60 ms for ours) at every
+    # Step Functions parses a state machine's definition (ANTLR, in pure Python) at every
     # execution's start; the parse tree depends only on the text, and each execution's program (the
     # evaluation components, which hold state) is still built afresh from it, as moto does
     original_parse: Callable[[str], tuple[Any, Any]] = patcher.original(asl_parser.AmazonStateLanguageParser, "parse")
@@ -1336,9 +1367,9 @@ class _SearchPaths(list[str]):
 def _patch_clients(patcher: _Patcher) -> None:
     """Clients made in less time: a replay makes hundreds (an instance's job-scoped clients, and one per
     Lambda task of every execution)."""
-    # Every botocore Session made its own data loader, so every session's first client read and decoded the
-    # service model's JSON again (a DynamoDB client of a new session: about 90 ms). The loader's files are
-    # read-only data; one loader per search path serves every session
+    # Every botocore Session makes its own data loader, so every session's first client reads and decodes the
+    # service model's JSON again. The loader's files are read-only data: one loader per search path serves
+    # every session
     original_loader: Callable[..., Any] = patcher.original(botocore_session, "create_loader")
     loaders: dict[str | None, Any] = {}
 
@@ -1351,7 +1382,7 @@ def _patch_clients(patcher: _Patcher) -> None:
 
     patcher.replace(botocore_session, "create_loader", create_loader)
 
-    # moto's Step Functions makes a new boto3 client for every Lambda task it runs (about 9 ms), always with
+    # moto's Step Functions makes a new boto3 client for every Lambda task it runs, always with
     # the same fixed keys (it ignores the task's credentials): one per region and service, reused
     original_client: Callable[..., Any] = patcher.original(sfn_lambda_eval, "boto_client_for")
     clients: dict[tuple[str, str], Any] = {}

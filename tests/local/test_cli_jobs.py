@@ -430,10 +430,10 @@ def test_wait_prints_each_job_as_it_ends_and_exits_1_when_one_failed(
     result = waited(clock, "wait", first, second, first)
     # Then each job's line came as it ended: its state, and why the failed one failed; exit 1
     assert result.exit_code == 1, result.output
-    # (the reason as Recover wrote it: moto's SendTaskFailure drops the agent's cause, so no exit code here)
+    # (the reason as Recover wrote it, from the cause the agent's SendTaskFailure carried: its exit code)
     failed, _ = DynamoJobStore(deployed(runtime).table_name, runtime.dynamodb).get_job(second)
     assert failed.failure_reason is not None
-    assert failed.failure_reason.startswith("JobFailed: the job exited with code ")
+    assert failed.failure_reason.startswith("JobFailed: the job exited with code 3 on attempt 1")
     assert result.stdout.splitlines() == [f"{first} SUCCEEDED", f"{second} FAILED: {failed.failure_reason}"]
     assert "waiting for 2 job(s) to end, reading their records every 5 s" in result.stderr
     # polled every 5 s, on the clock it was given: the records read after each step
