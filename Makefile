@@ -6,8 +6,8 @@ STAMP  := $(VENV)/.installed
 TEMPLATE := cdk.out/SpotRelay.template.json
 
 # Python's bytecode cache, kept inside the venv. A machine that sets PYTHONDONTWRITEBYTECODE (this one
-# does) has every process compile moto, botocore and the CDK from source again: about 3 s per process
-# that imports the local runtime, and 4 s per synth.
+# does) has every process compile moto, botocore and the CDK from source again: every process that
+# imports the local runtime, and every synth, would pay for it.
 export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 unexport PYTHONDONTWRITEBYTECODE
 
@@ -61,7 +61,7 @@ node_modules: package.json package-lock.json
 ## synth: the CloudFormation template into cdk.out, offline (no credentials, no lookups), then cfn-lint
 # The CLI's telemetry, version check and notices would reach for the network. cdk-nag (AwsSolutions)
 # runs inside the synth and fails it on any unacknowledged finding. CDK_VALIDATION=false skips CDK's
-# built-in CloudFormation validation (~7 s of CPU) only because cfn-lint checks the same template
+# built-in CloudFormation validation (seconds of CPU) only because cfn-lint checks the same template
 # right after; `cdk deploy` keeps it. jsii warns that node 20 is past its end of life: known.
 synth: $(STAMP) node_modules
 	CDK_DISABLE_CLI_TELEMETRY=1 CDK_DISABLE_VERSION_CHECK=1 CDK_VALIDATION=false \

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from spotrelay.catalog import INSTANCE_TYPES, family_of
 
 # p3 (V100) is left out by default: the default worker AMI (the PyTorch DLAMI with the current NVIDIA
-# driver) no longer lists P3 among its supported instance types. Add it with an AMI that supports it.
+# driver) does not list P3 among its supported instance types. Add it with an AMI that supports it.
 DEFAULT_GPU_FAMILIES = ("g4dn", "g5", "g6", "g6e", "gr6", "p4d", "p5")
 # AWS's account-level spot vCPU quotas are per quota group: "All G and VT Spot Instance Requests" ("g")
 # and "All P Spot Instance Requests" ("p"); the group of a family is its first letter.

@@ -219,8 +219,8 @@ def vended_session(
     models_from: boto3.session.Session | None = None,
 ) -> boto3.session.Session:
     """A boto3 session on the job's credentials (`first`, else fetched now), refreshed with `fetch`;
-    with the service models `models_from` has loaded already (a new session reads them again: ~0.1 s
-    a client)."""
+    with the service models `models_from` has loaded already (a new session would read and decode them
+    again for every client it makes)."""
     credentials = RefreshableCredentials.create_from_metadata(
         metadata=first if first is not None else fetch(), refresh_using=fetch, method=_VendedProvider.METHOD
     )

@@ -46,9 +46,8 @@ excess (the priciest runs' ends first; a run left no longer than d dropped), it 
 deadline, and its cost is an upper bound on the optimum: the true optimum lies between the bound and it.
 (For a job that checkpoints only periodically, a run may end at the very instant its pool is lost: the
 schedule stops it then, voluntarily, which the model allows; the replay, which sees a preemption there,
-would count the loss.) On the standard workloads the two are within 0.5% of each other; on a small
-market whose capacity comes and goes at the scale of d the gap can be tens of percent (the report gives
-it per workload).
+would count the loss.) On the standard workloads the two are close; on a small market whose capacity
+comes and goes at the scale of d the gap can be wide (the report gives it per workload).
 
 If no schedule can meet the deadline (no on-demand type within the cap and too little spot, or a deadline
 too short for the work and a restart), the bound is on the cheapest schedule at all, the rescue's

@@ -37,7 +37,7 @@ decision point, run on a pool (spot or on-demand) or wait.
   keeps its checkpoint interval too. On a preemption, the job's recovery strategy decides (block the pool,
   prefer it, or fail the job), seeing the job's last placement as the control plane records it
   (`Job.placement`), which tells it whether there is another spot pool to move to.
-- `spotrelay-no-migrate` (a what-if, the control plane before reconcile moved jobs back to spot): as
+- `spotrelay-no-migrate` (a what-if: the control plane without reconcile's move of jobs back to spot): as
   `spotrelay`, but a job on on-demand stays there, and `place()` without `migrates`: an idle job behind
   schedule with no spot waits for spot until the safety net.
 - `spotrelay-sees-capacity` (a what-if no deployment can run): as `spotrelay`, but only spot pools with
@@ -436,8 +436,8 @@ PolicyClass = Callable[[JobContext], JobPolicy]
 
 
 def spotrelay_not_migrating(ctx: JobContext) -> JobPolicy:
-    """`spotrelay-no-migrate`: as `spotrelay`, but a job on on-demand stays there (the control plane before
-    reconcile moved jobs back to spot)."""
+    """`spotrelay-no-migrate`: as `spotrelay`, but a job on on-demand stays there (the control plane
+    without reconcile's move of jobs back to spot)."""
     return Spotrelay(ctx, migrate=False)
 
 

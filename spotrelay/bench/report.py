@@ -1,5 +1,5 @@
-"""Figures per workload and policy, the issue's targets, and how they are shown: a rich table, JSON,
-and the Markdown of BENCHMARKS.md.
+"""Figures per workload and policy, the cost targets for spotrelay, and how they are shown: a rich table,
+JSON, and the Markdown of BENCHMARKS.md.
 
 Per workload and policy:
 - `cost`: mean USD per job;
@@ -253,7 +253,9 @@ def _how_late(missed: Sequence[tuple[BenchJob, JobResult]], *, given_up: bool = 
 
 
 def check_targets(run: WorkloadRun) -> list[TargetCheck]:
-    """Issue 6's targets for `spotrelay` on this workload (those whose policies were run)."""
+    """The cost targets for `spotrelay` on this workload (those whose policies were run): it meets every
+    deadline the on-demand policy meets, costs less than every other online policy, and costs at most
+    OMNISCIENT_TARGET times the omniscient bound."""
     if OURS not in run.results:
         return []
     ours = run.results[OURS]

@@ -147,7 +147,7 @@ def seeds_section(runs: Sequence[tuple[int, WorkloadRun]]) -> list[str]:
         "## fleet, drawn with other seeds",
         "",
         "The same workload with other draws of its 300 jobs (`--seed`): $/job, and for spotrelay its cost vs the "
-        "omniscient bound (target: within 1.2x) and which of issue 6's targets it meets there.",
+        "omniscient bound (target: within 1.2x) and which of the cost targets it meets there.",
         "",
         "| seed | " + " | ".join(shown) + " | spotrelay vs omniscient | targets not met |",
         "|---:|" + "---:|" * len(shown) + "---:|---|",
@@ -196,7 +196,7 @@ def write_markdown(
         lines += [f"## {run.workload.name}", "", run.workload.description + ".", "", markdown_table(run), ""]
         checks = check_targets(run)
         if checks:
-            lines.append("Issue 6's targets for `spotrelay` here:")
+            lines.append("The cost targets for `spotrelay` here:")
             lines.append("")
             lines += [f"- {c.verdict if c.met else f'**{c.verdict}**'}: {c.target} — {c.detail}" for c in checks]
             lines.append("")

@@ -22,7 +22,7 @@ admissions (the function has a reserved concurrency of 1), and every step is ide
   back) is logged and reported in `admission_errors`, the job is left as it is to be tried again next
   run, and the others go on. The plan is not made again without it: the room it was given stays taken
   for this run (its execution may have started), so priority order, quotas and the budget hold. An error
-  of the services themselves (throttling, an outage) stops the run, as before: every job would meet it.
+  of the services themselves (throttling, an outage) stops the run: every job would meet it.
 - given EC2 (`compute`), the budget counts each active job's live instances at the spot price in effect
   now where that is more than its estimate (spotrelay.control.admission): its attempts are read, and the
   spot prices of their pools are read once a run (one DescribeSpotPriceHistory for all of them, not one per
@@ -67,8 +67,8 @@ INVALID_JOB = "InvalidJob"  # the failure reason's prefix of a message that is n
 # Each run reads at most this many queued jobs, the head of the queue in admission order (the index is sorted
 # by it): a run's work is bounded by it and MAX_MESSAGES_PER_RUN, whatever the depth of the queue, and a job
 # further back is considered once those ahead of it move. Backfill (a job that fits behind one that does
-# not) looks this far. At 500, a 1,000-job load spent 43% of its time reading and parsing the queue's head
-# after every job's end (`make load`).
+# not) looks this far. A much longer head would have a load of many jobs spend much of its time reading and
+# parsing the queue's head after every job's end (`make load`).
 MAX_QUEUED_CONSIDERED = 100
 # Bounds on what a message may hand us, checked before (or while) it is parsed:
 MAX_BODY_BYTES = 262_144  # SQS's default maximum message size (256 KiB); the stack sets no other
@@ -251,8 +251,8 @@ def _reject(
     if not store.create_job(_failed_job(job_id, refusal.reason, now)):
         existing, _ = store.get_job(job_id)
         if not (existing.failure_reason or "").startswith(INVALID_JOB):
-            # A message this dispatcher recorded as a job under rules a later version tightened, delivered
-            # again (SQS is at least once): the job stands, the message is done.
+            # A message already recorded as a job (by a deployment whose rules admitted it) that these rules
+            # refuse, delivered again (SQS is at least once): the job stands, the message is done.
             queue.delete(message)
             return job_id, "accepted"
     queue.dead_letter(message, refusal.reason)

@@ -75,8 +75,8 @@ WAIT_BASE_SECONDS = 60
 MIN_WAIT_SECONDS = 1
 # A pool that refused a launch (no capacity, price) is skipped for this long: Karpenter's unavailable-
 # offerings cache TTL (UnavailableOfferingsTTL, 3 min, aws/karpenter-provider-aws pkg/cache). Capacity
-# comes back quickly: on the Can't Be Late traces, 10 min cost 0.9% more per job than 3 (the bench's spotrelay
-# replayed with either value).
+# comes back quickly: on the Can't Be Late traces, a 10-minute block costs more per job than a 3-minute one
+# (the bench's spotrelay replayed with either value).
 REFUSED_POOL_BLOCK_MINUTES = 3
 WAIT_MAX_SECONDS = REFUSED_POOL_BLOCK_MINUTES * 60
 # A launch EC2 throttled past the Run task's own retries (LaunchThrottled: the first call and 6 retries over

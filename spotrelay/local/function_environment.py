@@ -1,10 +1,10 @@
 """A Lambda function's environment, seen only by the thread that runs its handler.
 
-Why: the in-process Lambdas (`spotrelay.local.lambdas`) used to set a function's variables in the
+Why: the in-process Lambdas (`spotrelay.local.lambdas`) must not set a function's variables in the
 process-wide `os.environ` around each handler call and pop them after. Other threads (moto's Step
 Functions executions, the local server's request threads, test code) read `os.environ` meanwhile;
 botocore iterates it whenever it makes a client, and a key popped in the middle of that iteration
-raised KeyError in CI. Invocations being serialized by a lock does not help: the readers take no lock.
+raises KeyError. Serializing invocations with a lock does not help: the readers take no lock.
 
 What: `install()` turns `os.environ` into an `_OverlaidEnviron` by assigning its `__class__` (a
 subclass of `os._Environ` that adds nothing to the instance). It stays the same object, so code

@@ -26,8 +26,8 @@ checkpoint each agent resumed from, the terminal state each job first reached):
   the scenario's spot prices integrated from the attempt's launch to its `billed_until`, as EC2 would
   bill it (spotrelay.models.billing); and no instance still pending or running has had its bill ended.
 
-`peek` reads moto's in-process backends (a Scan, a DescribeInstances and a ListExecutions answered by
-moto cost ~50 ms together here, longer than most replay steps); `read` asks the same of the API, and
+`peek` reads moto's in-process backends (asking moto's API for a Scan, a DescribeInstances and a
+ListExecutions after every step would take longer than most replay steps); `read` asks the same of the API, and
 the replay uses it for its last check. Both read the same state (tests/local/test_invariants.py).
 """
 

@@ -15,8 +15,8 @@ A function's environment is applied only for the thread that runs its handler (s
 made): on that thread `os.environ`/`os.getenv` show the process's environment with the function's
 variables applied and the other functions' SCRUBBED_PREFIXES variables hidden; every other thread
 (moto's Step Functions executions, the local server's request threads, the caller) keeps seeing the
-process's environment, which is never changed by an invocation. It used to be set and popped in the
-shared `os.environ`, and botocore making a client on another thread meanwhile raised KeyError.
+process's environment, which is never changed by an invocation (set and popped in the shared
+`os.environ`, it would make botocore raise KeyError when it makes a client on another thread meanwhile).
 Writes a handler makes to `os.environ` stay in its invocation's view and are gone after it.
 
 A fault hook (`InProcessLambdas.faults`, spotrelay.local.chaos) may fail an invocation before its

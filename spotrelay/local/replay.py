@@ -616,8 +616,8 @@ class Replay:
         process blocked on the clock): after every action of the replay (a submission, an event, a
         schedule tick, an instance's boot or end), and after every wake-up of the clock at which a Lambda
         ran, an instance was launched or an agent did something. The agents' IMDS polls and heartbeats
-        alone change nothing the invariants read, and checking at those wake-ups too (35 times as many in
-        the flagship) would add ~7% to a replay. The last check reads through the API, as a client would."""
+        alone change nothing the invariants read, and checking at those wake-ups too (most of the wake-ups)
+        would slow every replay and find nothing new. The last check reads through the API, as a client would."""
         self._checked_activity = self._activity()
         observed = (read if final else peek)(self.runtime, self.stack, self.invariants.cache)
         now = self.clock.now()

@@ -170,7 +170,7 @@ class LocalRuntime:
 
     # --- clients (no SDK retries: they would sleep in real time) -----------------------------------
     # One client per service, made on first use and kept (boto3's clients are thread-safe; making one
-    # costs about as much as a dozen calls, and the replay used to make one per injected event).
+    # costs about as much as a dozen calls, and without it the replay would make one per injected event).
 
     def client(self, service: str) -> Any:
         with self._clients_lock:

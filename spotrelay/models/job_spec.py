@@ -368,7 +368,7 @@ class RecoverySpec(_Spec):
     strategy: RecoveryStrategyName = RecoveryStrategyName.EAGER_NEXT_POOL
     # 3 min: the next launch avoids the lost pool, as SkyPilot's EAGER_NEXT_REGION blocks the lost region
     # for the relaunch only, and as Karpenter keeps an interrupted offering out (its 3 min ICE-cache TTL).
-    # Longer blocks kept jobs off pools whose outages were shorter (60 min cost 2.2% more per job on the
+    # Longer blocks keep jobs off pools whose outages are shorter (a 60-minute block costs more per job on the
     # bench's fleet workload, its spotrelay replayed with either value); the interruption record still ranks
     # a flaky pool down.
     block_minutes: float = Field(

@@ -19,7 +19,7 @@ pool's interruption rate: a run of T hours costs T x spot, makes (T - d)+ of pro
 bought back on on-demand at worst). The paper's rule keeps it on on-demand until it has caught up, which
 takes (work behind) / (1 - W/D) hours: 13 h of on-demand per hour of work behind for 48 h of work due in
 52 h, on-demand all along while spot may be there. The safety net (rule 4) still comes first, so the
-deadline guarantee is the paper's. On the Can't Be Late traces this costs 2% less per job than the paper's
+deadline guarantee is the paper's. On the Can't Be Late traces this costs less per job than the paper's
 rule (`make bench`).
 
 Rule 1, with a band (spotrelay's, not the paper's): an idle job with no spot catches up on on-demand only
@@ -34,10 +34,9 @@ safety net (at slack 2d) is reached only after the band is crossed, except in th
 paper's rule fires at any deficit: a job a minute behind, after a spot start lost in its overhead, pays an
 on-demand start and stays on on-demand until it is two restarts ahead (rule 3), though spot is back
 minutes later (the fleet's p3.16xlarge pools). The safety net is untouched, so the deadline guarantee is
-the paper's. Measured (`make bench`, $/job, c = 0 / 0.75 / 1 / 1.5): fleet 76.62 / 74.82 / 74.46 / 74.25,
-Can't Be Late multi-zone 47.94 / 47.97 / 47.96 / 48.15, single-zone 83.64 / 83.37 / 83.25 / 83.27. c = 1
-(the band's natural scale, no constant of its own) is the best of these single-zone and within 0.3% of the
-best on the other two.
+the paper's. Of c = 0, 0.75, 1 and 1.5, each replayed by `make bench` ($/job), c = 1 (the band's natural
+scale, no constant of its own) is the cheapest on the single-zone Can't Be Late jobs and close to the
+cheapest on the fleet and multi-zone workloads.
 
 Rule 1 pays off only together with rule 3: on-demand is worth its price to catch up for a while, and the
 job goes back to spot once it is ahead again. A caller that cannot move a running job from on-demand back

@@ -14,7 +14,8 @@ the safety net and runs on on-demand to the end. So neither strategy blocks the 
 has: it prefers it (`Relaunch.prefer`), which exempts the job from that pool's blocks (the blocks are
 per pool, for every job: the interruption warning's and a refused launch's stay in force for the
 others); a relaunch there while it still has no capacity is refused, and the Wait state's backoff paces
-the retries. A job with no recorded placement (none yet, or an older record) is blocked as before.
+the retries. A job with no recorded placement (none yet, or a record written without one) has the lost
+pool blocked, as a job with another pool to go to does.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The in-process Lambdas' environments: a function's variables are seen by its handler, on the thread
 that runs it, and by no other thread; nothing in the process's os.environ moves while a handler runs
-(botocore iterating it on another thread raised KeyError once in CI when it did)."""
+(botocore iterating it on another thread would raise KeyError if it did)."""
 
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def test_rules_deliver_to_lambda_step_functions_and_sqs_targets(local: LocalRunt
     event_id = local.put_event({"source": "test.local", "detail-type": "Test", "detail": {"k": "v"}})
     clock.wait_quiescent()
     # Then the function got it once, in AWS's shape, stamped with the virtual time (the schedule rule
-    # matched nothing); the state machine ran with it as input; the queue got it from moto as before
+    # matched nothing); the state machine ran with it as input; the queue got it through moto's own delivery
     (invocation,) = local.lambdas.invocations
     delivered = invocation.event
     assert delivered["id"] == event_id

@@ -783,7 +783,7 @@ def test_the_targets_say_when_no_deadline_meeting_schedule_can_cost_as_little_as
     job = bench_job(["us-east-1a"], work=10, deadline=14, overhead=0.1)
     workload = Workload(name="late-spot", description="", market=market, jobs=(job,))
 
-    # When the workload is replayed and checked against issue 6's targets
+    # When the workload is replayed and checked against the cost targets
     [run] = run_workloads([workload], ["skypilot-eager", "spotrelay", "omniscient"], processes=1, progress=False)
     checks = {c.target: c for c in check_targets(run)}
 
