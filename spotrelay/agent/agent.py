@@ -887,6 +887,19 @@ class Agent:
             self._log_checkpoint(result)
         return _Interrupted(notice=notice, exit_code=code, checkpoint=result)
 
+    def _checkpoint_the_end(self) -> None:
+        """The job finished, but its task was closed first: an interruption warning that reached the control
+        plane before this agent's next IMDS poll failed the task, and Recover now waits for this attempt's
+        final checkpoint before the job goes on elsewhere (a cancel or a heartbeat timeout closes it too).
+        The checkpoint dir as the job left it is that final checkpoint: the next attempt resumes from the
+        finished state, not from the last periodic save."""
+        if self.checkpointer is None:
+            return
+        self.log.warning("the job succeeded after its task was closed: checkpointing its final state")
+        result = self._final_checkpoint()
+        if result is not None:
+            self._log_checkpoint(result)
+
     def _final_checkpoint(self) -> CheckpointResult | None:
         assert self.checkpointer is not None
         try:
@@ -967,6 +980,8 @@ class Agent:
         self._stop_heartbeats()
         if error is None:
             accepted = self.tokens.succeed(token, cause)
+            if not accepted:
+                self._checkpoint_the_end()
         else:
             accepted = self.tokens.fail(token, error, json.dumps(cause, sort_keys=True))
         outcome = Outcome(

@@ -7,6 +7,9 @@ to no Lambda or Step Functions target, waits in real time, and deploys some temp
 Lambda and EventBridge
 - `StepFunctionResponse.send_task_failure`: the `cause` reaches the execution (stock moto passes the error
   only: a task the agent failed reached Recover without its exit code and last lines).
+- `CallbackPoolManager.notify` and `.heartbeat`: a task token whose task has its outcome is closed, and a
+  later SendTaskSuccess, SendTaskFailure or heartbeat is TaskTimedOut, as Step Functions answers (stock moto
+  accepted it silently).
 - `LambdaFunction._invoke_lambda`: the handler runs in-process (`spotrelay.local.lambdas`), with the
   function's environment; errors come back as Lambda's error envelope. Asynchronous (`Event`)
   invocations go through the same method: moto runs them synchronously, in the caller's thread.
@@ -147,6 +150,7 @@ from moto.s3.models import FakeBucket
 from moto.sqs import models as moto_sqs_models
 from moto.stepfunctions import responses as sfn_responses
 from moto.stepfunctions.models import StateMachine
+from moto.stepfunctions.parser.api import TaskTimedOut as SfnTaskTimedOut
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
 from moto.stepfunctions.parser.asl.component.common.path import result_path as sfn_result_path
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
@@ -205,6 +209,24 @@ EXPECTED: tuple[Expected, ...] = (
         "send_task_failure",
         "(self) -> moto.core.responses.ActionResult",
         ("self.stepfunction_backend.send_task_failure(task_token, error=error)",),
+    ),
+    Expected(  # an endpoint keeps its outcome once answered, and is notified again by a later answer
+        callback.CallbackPoolManager,
+        "notify",
+        "(self, callback_id: str, outcome: moto.stepfunctions.parser.asl.eval.callback.callback.CallbackOutcome) "
+        "-> bool",
+        ("callback_endpoint.notify(outcome=outcome)",),
+    ),
+    Expected(callback.CallbackPoolManager, "heartbeat", "(self, callback_id: str) -> bool"),
+    Expected(
+        callback.CallbackEndpoint,
+        "get_outcome",
+        "(self) -> moto.stepfunctions.parser.asl.eval.callback.callback.CallbackOutcome | None",
+    ),
+    Expected(
+        SfnTaskTimedOut,
+        "__init__",
+        "(self, message: str, exception_type: str | None = None, status: int | None = None)",
     ),
     Expected(
         StepFunctionsParserBackend,
@@ -718,6 +740,31 @@ def _patch_task_failure(patcher: _Patcher) -> None:
         return EmptyResult()
 
     patcher.replace(sfn_responses.StepFunctionResponse, "send_task_failure", send_task_failure)
+
+    # A token whose task has its outcome is closed: Step Functions answers TaskTimedOut ("the task associated
+    # with the token has already been closed") to a later SendTaskSuccess, SendTaskFailure or heartbeat. moto
+    # kept the token open and took the second answer silently, so an agent reporting after ec2_events had
+    # failed its task (a warning handled before the agent's next IMDS poll) believed it had been heard
+    pool = callback.CallbackPoolManager
+    original_notify: Callable[..., bool] = patcher.original(pool, "notify")
+    original_heartbeat: Callable[..., bool] = patcher.original(pool, "heartbeat")
+
+    def refuse_if_answered(manager: Any, callback_id: str) -> None:
+        # (raised here with its code: the backend's own `TaskTimedOut()` lacks the message it needs)
+        endpoint = manager.get(callback_id)
+        if endpoint is not None and endpoint.consumer_error is None and endpoint.get_outcome() is not None:
+            raise SfnTaskTimedOut("Task Timed Out: 'Provided task does not exist anymore'", "TaskTimedOut", 400)
+
+    def notify(self: Any, callback_id: str, outcome: Any) -> bool:
+        refuse_if_answered(self, callback_id)
+        return original_notify(self, callback_id, outcome)
+
+    def heartbeat(self: Any, callback_id: str) -> bool:
+        refuse_if_answered(self, callback_id)
+        return original_heartbeat(self, callback_id)
+
+    patcher.replace(pool, "notify", notify)
+    patcher.replace(pool, "heartbeat", heartbeat)
 
 
 def _patch_lambda(patcher: _Patcher, lambdas: InProcessLambdas) -> None:

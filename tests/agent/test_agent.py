@@ -166,6 +166,36 @@ def test_a_job_that_ignores_sigterm_is_killed_at_its_grace_and_the_final_checkpo
     assert "final.bin" not in files_of(vworld.checkpoint_dir(1))
 
 
+def test_a_job_that_finishes_after_its_task_was_closed_leaves_its_final_state_as_the_final_checkpoint(
+    vworld: VirtualWorld, agent_logs: Records
+) -> None:
+    # Given a running job with a step of progress, whose task the control plane fails with SpotInterrupted (an
+    # interruption warning handled by ec2_events before the agent's next IMDS poll saw the notice)
+    vworld.submit(job_spec("python train.py", Path("/unused")))
+    token = vworld.open_task("run-1")
+    vworld.add_attempt(1, token)
+    agent = vworld.start_agent(1)
+    vworld.run_until(lambda: vworld.runner(1).jobs, within=POLL, what="the job to start")
+    job = vworld.job(1)
+    vworld.act(lambda: job.step(1))
+    vworld.advance(60)
+    vworld.act(lambda: vworld.sfn.send_task_failure(taskToken=token, error="SpotInterrupted"))
+
+    # When the job finishes (exit 0) before the agent sees any notice
+    vworld.act(lambda: job.exit(0))
+    result = vworld.finish(agent, within=POLL)
+
+    # Then its success is refused (the task is closed), and the checkpoint dir as the job left it is committed
+    # as this attempt's final checkpoint: Recover stops waiting, and the next attempt resumes from the end
+    assert result.outcome is not None
+    assert (result.outcome.kind, result.outcome.token_accepted) == ("succeeded", False)
+    pointer = vworld.store.get_checkpoint(JOB_ID)
+    assert pointer is not None
+    assert (pointer.attempt, pointer.final) == (1, True)
+    assert (result.checkpoints[-1].reason, result.checkpoints[-1].committed) == ("final", True)
+    assert agent_logs.named("the job succeeded after its task was closed: checkpointing its final state", attempt=1)
+
+
 def test_a_failing_job_reports_job_failed_with_its_exit_code_and_log_tail(vworld: VirtualWorld) -> None:
     # Given a running job
     vworld.submit(job_spec("python train.py", Path("/unused")))
