@@ -821,6 +821,14 @@ def describe_status(status: JobStatus, now: datetime, prices: PriceHistories | N
             f"  attempt {live.attempt} on {live.pool.instance_type} in {live.pool.availability_zone}, "
             f"{live.pool.market.value} at ${live.hourly_price:.3f}/h, {instance}, since {since:%Y-%m-%d %H:%M} UTC"
         )
+        if live.interrupted_at is not None:
+            from spotrelay.control.lifecycle import SPOT_NOTICE
+
+            ends = live.interrupted_at + SPOT_NOTICE
+            lines.append(
+                f"  interruption notice at {live.interrupted_at:%H:%M:%S} UTC: EC2 takes the instance back by "
+                f"{ends:%H:%M:%S} UTC; waiting for the final checkpoint, then the job moves to another pool"
+            )
     work = f"  work {progress(job)} in the last checkpoint"
     if job.spec.work_hours:
         work += f" ({100 * min(1.0, job.work_done_hours / job.spec.work_hours):.0f}%)"

@@ -114,3 +114,19 @@ def test_status_without_prices_counts_launch_prices_and_a_settled_job_says_no_es
     # Then its cost is the bill, with no word of an estimate
     assert any(line.startswith("  cost $0.50") for line in lines)
     assert not any("estimate" in line for line in lines)
+
+
+def test_status_during_an_interruption_notice_says_when_the_instance_goes_and_what_happens_then() -> None:
+    # Given a live spot attempt whose interruption warning arrived at 1 h
+    warned = attempt("train-a", 1, interrupted_at=at(1))
+    # When status is read during the notice
+    lines = describe_status(status("train-a", warned), at(1) + timedelta(seconds=30), PriceHistories())
+    # Then it says the notice, when EC2 takes the instance back, and what the job is waiting for
+    assert (
+        "  interruption notice at 11:00:00 UTC: EC2 takes the instance back by 11:02:00 UTC; waiting for the final "
+        "checkpoint, then the job moves to another pool"
+    ) in lines
+    # And an attempt without a warning says nothing of the kind
+    assert not any(
+        "interruption notice" in line for line in describe_status(status("train-b", attempt("train-b", 1)), at(1))
+    )
