@@ -53,7 +53,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +83,9 @@ from spotrelay.local.deploy import LocalStack
 from spotrelay.local.ec2_market import Launch
 from spotrelay.local.imds import InstanceMetadataService
 from spotrelay.local.invariants import InvariantMonitor, Violation, peek, read, report_json, summary
-from spotrelay.local.lambdas import REPO_ROOT, AsynchronousInvocations
+from spotrelay.local.lambdas import AsynchronousInvocations
 from spotrelay.local.outages import AsynchronousDeliveries, FunctionOutages, dead_letters_to_sqs
+from spotrelay.local.recorded import instance_event, iso, load_recorded
 from spotrelay.local.runtime import LocalRuntime
 from spotrelay.local.scenario import (
     Expectation,
@@ -101,24 +102,11 @@ from spotrelay.local.workers import AgentLogbook, InstanceWorker
 from spotrelay.market import from_scenario_market
 from spotrelay.models import Attempt, Job, JobState, Market
 
-RECORDED_DIR = REPO_ROOT / "events" / "recorded"
 ALARM_PERIOD = timedelta(minutes=1)
 STALL_SECONDS = DEFAULT_STALL_SECONDS  # a deadlock detector: see spotrelay.local.clock
 DEFAULT_WORK_HOURS = 1.0  # a job that does not say how long it runs
 REFUSED = "EC2 refused"  # how the timeline notes a launch EC2 refused
-_RECORDED = {
-    "running": "instance-state-change-running.json",
-    "shutting-down": "instance-state-change-shutting-down.json",
-    "terminated": "instance-state-change-terminated.json",
-    "warning": "spot-interruption-warning.json",
-    "rebalance": "rebalance-recommendation.json",
-    "alarm": "alarm-state-change.json",
-}
 _GONE = {"stopping", "stopped", "shutting-down", "terminated"}
-
-
-def iso(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ------------------------------------------------------------------------------------------- results
@@ -340,9 +328,7 @@ class Replay:
             reconcile_period=timedelta(minutes=scenario.schedule_minutes), market=self.market
         )  # bills are checked against the scenario's prices
         self._checked_activity: tuple[int, int, int] | None = None  # what had happened at the last check
-        self._recorded: dict[str, dict[str, Any]] = {
-            kind: json.loads((RECORDED_DIR / name).read_text()) for kind, name in _RECORDED.items()
-        }
+        self._recorded = load_recorded()
 
     # --- the host of the workers -------------------------------------------------------------------
 
@@ -357,24 +343,18 @@ class Replay:
 
     def emit(self, kind: str, instance_id: str, **detail: str) -> None:
         """An EC2 event in its recorded AWS shape, about `instance_id`, on EventBridge now."""
-        event = copy.deepcopy(self._recorded[kind])
-        self._bind(event, instance_id)
-        event["detail"].update(detail)
-        self._put(event)
+        self._put(self._bound(self._recorded[kind], instance_id, **detail))
 
     def terminate(self, instance_id: str) -> None:
         self.runtime.ec2.terminate_instances(InstanceIds=[instance_id])
 
     # --- events ------------------------------------------------------------------------------------
 
-    def _bind(self, event: dict[str, Any], instance_id: str) -> None:
+    def _bound(self, template: dict[str, Any], instance_id: str, **detail: str) -> dict[str, Any]:
         stack = self.stack
-        event["account"] = stack.account_id
-        event["region"] = stack.region
-        event["time"] = iso(self.clock.now())
-        if isinstance(event.get("detail"), dict):
-            event["detail"]["instance-id"] = instance_id
-        event["resources"] = [f"arn:aws:ec2:{stack.region}:{stack.account_id}:instance/{instance_id}"]
+        return instance_event(
+            template, instance_id, account_id=stack.account_id, region=stack.region, when=self.clock.now(), **detail
+        )
 
     def _put(self, event: dict[str, Any]) -> None:
         self.runtime.put_event(event)
@@ -445,7 +425,7 @@ class Replay:
                     f"recorded event {injection.source} not injected: attempt {injection.attempt or 1} has no instance",
                 )
                 return
-            self._bind(event, worker.instance_id)
+            event = self._bound(event, worker.instance_id)
         else:
             event["time"] = iso(self.clock.now())
         self._put(event)

@@ -33,7 +33,6 @@ answers every launch from its prices).
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import logging
 import os
@@ -56,7 +55,7 @@ from spotrelay.control.ports import NotFoundError
 from spotrelay.local.clock import WallClock
 from spotrelay.local.deploy import LocalStack
 from spotrelay.local.imds import InstanceMetadataService
-from spotrelay.local.lambdas import REPO_ROOT
+from spotrelay.local.recorded import instance_event, iso, load_recorded
 from spotrelay.local.runtime import LocalRuntime
 
 PREFIX = "/_spotrelay/"
@@ -66,14 +65,6 @@ SCAN_SECONDS = 1.0  # how often moto's instances are looked at (a launch's agent
 DEFAULT_NOTICE_SECONDS = 120.0  # EC2's two-minute warning
 MIN_NOTICE_SECONDS, MAX_NOTICE_SECONDS = 1.0, 3600.0  # (AWS FIS's durationBeforeInterruption: 2 to 15 min)
 MAX_REQUEST_BYTES = 4096
-RECORDED_DIR = REPO_ROOT / "events" / "recorded"
-_RECORDED = {
-    "running": "instance-state-change-running.json",
-    "shutting-down": "instance-state-change-shutting-down.json",
-    "terminated": "instance-state-change-terminated.json",
-    "warning": "spot-interruption-warning.json",
-    "rebalance": "rebalance-recommendation.json",
-}
 _GONE = {"shutting-down", "terminated", "stopping", "stopped"}
 log = logging.getLogger(__name__)
 
@@ -85,10 +76,6 @@ class InterruptError(Exception):
     def __init__(self, message: str, status: int = 404) -> None:
         super().__init__(message)
         self.status = status
-
-
-def _iso(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -142,7 +129,7 @@ class LocalWorkers:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self._recorded = {kind: json.loads((RECORDED_DIR / name).read_text()) for kind, name in _RECORDED.items()}
+        self._recorded = load_recorded()
         vend = self.stack.functions["vend"]
         configuration = self.runtime.client("lambda").get_function_configuration(FunctionName=vend)
         self.worker_role_arn = configuration["Environment"]["Variables"][ENV_WORKER_ROLE_ARN]
@@ -317,7 +304,7 @@ class LocalWorkers:
             if instance.notice_deadline is not None:
                 raise InterruptError(
                     f"instance {instance.instance_id} already has its interruption warning: it ends at "
-                    f"{_iso(instance.notice_deadline)}",
+                    f"{iso(instance.notice_deadline)}",
                     status=409,
                 )
             now = self.clock.now()
@@ -333,14 +320,14 @@ class LocalWorkers:
             timer.start()
         self.echo(
             f"{instance.instance_id}: interruption warning for {instance.job_id} attempt {instance.attempt}"
-            f"{' (after a rebalance recommendation)' if rebalance_first else ''}; terminated at {_iso(deadline)}"
+            f"{' (after a rebalance recommendation)' if rebalance_first else ''}; terminated at {iso(deadline)}"
         )
         return {
             "instance_id": instance.instance_id,
             "job_id": instance.job_id,
             "attempt": instance.attempt,
             "rebalance_recommended": rebalance_first,
-            "terminates_at": _iso(deadline),
+            "terminates_at": iso(deadline),
         }
 
     def _find(self, instance_id: str | None, job_id: str | None) -> LocalInstance:
@@ -370,13 +357,15 @@ class LocalWorkers:
     # --- EventBridge -------------------------------------------------------------------------------------
 
     def _emit(self, kind: str, instance_id: str, **detail: str) -> None:
-        event = copy.deepcopy(self._recorded[kind])
         stack = self.stack
-        event["account"], event["region"] = stack.account_id, stack.region
-        event["time"] = _iso(self.clock.now())
-        event["detail"]["instance-id"] = instance_id
-        event["detail"].update(detail)
-        event["resources"] = [f"arn:aws:ec2:{stack.region}:{stack.account_id}:instance/{instance_id}"]
+        event = instance_event(
+            self._recorded[kind],
+            instance_id,
+            account_id=stack.account_id,
+            region=stack.region,
+            when=self.clock.now(),
+            **detail,
+        )
         try:
             self.runtime.put_event(event)
         except Exception:  # EventBridge's delivery to a function that failed: logged, the instance goes on
