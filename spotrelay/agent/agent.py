@@ -464,8 +464,12 @@ class Agent:
                     },
                 )
             self.checkpointer.follow_pointer(pointer)
+            # A checkpoint of an empty dir (an attempt interrupted before its job saved anything) leaves the job
+            # nothing to resume from: it starts afresh (SPOTRELAY_RESUMED=0), as a job told to resume from an
+            # empty dir may rightly refuse to
+            resumed = manifest is not None and bool(manifest.files)
             try:
-                job = self._start_job(resumed=manifest is not None)
+                job = self._start_job(resumed=resumed)
             except (OSError, ValueError) as e:
                 # The job cannot start here (its checkpoint dir cannot be made, its command cannot be run):
                 # the job's to fix, so JobFailed (a restart, bounded by max_restarts). Crashing instead would
@@ -473,7 +477,7 @@ class Agent:
                 self.log.error("the job could not start", extra={"error": f"{type(e).__name__}: {e}"})
                 cause = {"attempt": self.attempt, "error": f"the job could not start: {type(e).__name__}: {e}"[:1000]}
                 return self._finish(token, "failed", ERROR_JOB_FAILED, cause)
-            self._update(process=job.record, resumed=manifest is not None)
+            self._update(process=job.record, resumed=resumed)
             self._output = _OutputTail(job.record.log_file, self.log, from_end=False)
         else:
             assert self.state.process is not None

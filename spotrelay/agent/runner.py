@@ -7,7 +7,7 @@ out of the process list; `--init` gives the container a PID 1 that forwards SIGT
 
 The environment is the agent's without any AWS credential or credential source
 (`AWS_CREDENTIAL_VARIABLES`), plus the spec's `run.env`, plus `SPOTRELAY_JOB_ID`,
-`SPOTRELAY_ATTEMPT`, `SPOTRELAY_CHECKPOINT_DIR`, `SPOTRELAY_RESUMED` (1 when a checkpoint was
+`SPOTRELAY_ATTEMPT`, `SPOTRELAY_CHECKPOINT_DIR`, `SPOTRELAY_RESUMED` (1 when a checkpoint holding files was
 restored, else 0) and `SPOTRELAY_PROGRESS_FILE` (where the job may write its progress).
 
 With a `JobUser` (the agent runs as root on an instance: `spotrelay-job`), the job runs as that user:

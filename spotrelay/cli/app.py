@@ -333,6 +333,14 @@ def local_up_command(
     verbose: Annotated[
         bool, typer.Option("--verbose", help="every function's log lines and metrics here (else errors only)")
     ] = False,
+    market: Annotated[
+        Path | None,
+        typer.Option(
+            "--market",
+            metavar="SCENARIO.yaml",
+            help="a scenario's market (prices, outages) from now on, instead of --prices: it moves on the wall clock",
+        ),
+    ] = None,
 ) -> None:
     """Deploy the synthesized stack into moto and serve it on localhost:PORT until Ctrl-C.
 
@@ -348,9 +356,13 @@ def local_up_command(
     """
     try:
         from spotrelay.local.deploy import DeployError
+        from spotrelay.local.scenario import ScenarioError
         from spotrelay.local.server import DEFAULT_PRICES, PortInUse, run_local_up
+        from spotrelay.market import MarketSpecError
     except ImportError as e:
         fail(f"the local runtime needs moto: pip install 'spotrelay[local,aws]' ({e})")
+    if market is not None and prices is not None:
+        fail("give --prices or --market, not both")
     chosen = prices if prices is not None else (DEFAULT_PRICES if DEFAULT_PRICES.is_file() else None)
     scratch = None
     if workers:
@@ -365,8 +377,9 @@ def local_up_command(
             echo=lambda line: out.print(line, markup=False, soft_wrap=True),
             workers=scratch,
             verbose=verbose,
+            market_scenario=market,
         )
-    except (DeployError, PortInUse, PriceFileError) as e:
+    except (DeployError, PortInUse, PriceFileError, ScenarioError, MarketSpecError) as e:
         fail(str(e))
     raise typer.Exit(code)
 

@@ -32,7 +32,7 @@ from spotrelay.local.lambdas import REPO_ROOT
 from spotrelay.local.runtime import LocalRuntime
 from spotrelay.local.up_workers import PREFIX as UP_PREFIX
 from spotrelay.local.up_workers import LocalWorkers
-from spotrelay.market import MarketBuilder, SpotMarket
+from spotrelay.market import MarketBuilder, SpotMarket, from_scenario_market
 
 DEFAULT_PORT = 5055
 NO_WORKER_HEARTBEAT_SECONDS = 30 * 24 * 3600  # under the Run task's own timeout (a year)
@@ -238,11 +238,19 @@ def run_local_up(
     until: threading.Event | None = None,
     workers: Path | None = None,
     verbose: bool = False,
+    market_scenario: Path | None = None,
 ) -> int:
     """Serve until Ctrl-C (or `until` is set); returns the exit status. `workers`: the instances' scratch
     directories (None: the instances run no agent). `verbose`: every function's log lines and metrics here
     (else their errors only)."""
-    market = price_market(prices, datetime.now(UTC)) if prices is not None else None
+    now = datetime.now(UTC)
+    if market_scenario is not None:  # its prices and outages from now on: its hour 0 is when local up starts
+        from spotrelay.local.scenario import load_scenario
+
+        scenario = load_scenario(market_scenario)
+        market: SpotMarket | None = from_scenario_market(scenario.market, scenario.base_dir, now)
+    else:
+        market = price_market(prices, now) if prices is not None else None
     stop = until or threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())  # `kill`, docker stop: as Ctrl-C

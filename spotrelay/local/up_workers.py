@@ -88,6 +88,7 @@ class LocalInstance:
     gone: bool = False
     notice_timer: threading.Timer | None = None
     notice_deadline: datetime | None = None
+    market_timer: threading.Timer | None = None
 
 
 def kill_processes(instance: LocalInstance) -> None:
@@ -203,10 +204,37 @@ class LocalWorkers:
         if attempt <= 0:
             return
         instance.agent = self._start_agent(instance)
+        self._schedule_market_interruption(instance)
         self.echo(
             f"{instance_id} ({described['InstanceType']}, {described['Placement']['AvailabilityZone']}): agent started "
             f"for {instance.job_id} attempt {attempt} (pid {instance.agent.pid}, log {instance.directory}/agent.log)"
         )
+
+    def _schedule_market_interruption(self, instance: LocalInstance) -> None:
+        """When the market takes this spot instance's capacity back (`local up --market SCENARIO.yaml`: its
+        outages and price rises above the job's cap), its interruption, as a replay's instances get theirs: the
+        warning two minutes before (or at once, for a launch inside the last two minutes)."""
+        ec2 = self.runtime.market
+        launch = ec2.launch_of(instance.instance_id) if ec2 is not None else None
+        if ec2 is None or launch is None or launch.spot_price is None:
+            return
+        market = ec2.market
+        t = market.interruption_time(launch.pool, market.to_hours(launch.at), launch.max_price)
+        if t is None:
+            return
+        ends = market.to_datetime(t)
+        warned = max(self.clock.now(), ends - timedelta(seconds=DEFAULT_NOTICE_SECONDS))
+        notice = max(MIN_NOTICE_SECONDS, (ends - warned).total_seconds())
+
+        def interrupt() -> None:
+            with contextlib.suppress(InterruptError):  # ended meanwhile, or interrupted by hand already
+                self.interrupt(instance_id=instance.instance_id, notice_seconds=notice, source="the market")
+
+        delay = max(0.0, (warned - self.clock.now()).total_seconds()) / self.clock.speed
+        timer = threading.Timer(delay, interrupt)
+        timer.daemon = True
+        instance.market_timer = timer
+        timer.start()
 
     def _is_ours(self, job_id: str) -> bool:
         """Whether the job is this stack's: another stack deployed into the same moto (`cdk deploy` with another
@@ -268,8 +296,9 @@ class LocalWorkers:
 
     def _ended(self, instance: LocalInstance) -> None:
         instance.gone = True
-        if instance.notice_timer is not None:
-            instance.notice_timer.cancel()
+        for timer in (instance.notice_timer, instance.market_timer):
+            if timer is not None:
+                timer.cancel()
         kill_processes(instance)
         self._emit("shutting-down", instance.instance_id)
         self._emit("terminated", instance.instance_id)
@@ -290,6 +319,7 @@ class LocalWorkers:
         job_id: str | None = None,
         notice_seconds: float = DEFAULT_NOTICE_SECONDS,
         rebalance_first: bool = False,
+        source: str = "by hand",
     ) -> dict[str, Any]:
         """The interruption of a running instance (by id, or the job's newest): the warning now, the end after
         `notice_seconds`. Raises InterruptError when there is none to interrupt."""
@@ -319,7 +349,7 @@ class LocalWorkers:
             instance.notice_timer, instance.notice_deadline = timer, deadline
             timer.start()
         self.echo(
-            f"{instance.instance_id}: interruption warning for {instance.job_id} attempt {instance.attempt}"
+            f"{instance.instance_id}: interruption warning ({source}) for {instance.job_id} attempt {instance.attempt}"
             f"{' (after a rebalance recommendation)' if rebalance_first else ''}; terminated at {iso(deadline)}"
         )
         return {

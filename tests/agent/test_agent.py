@@ -196,6 +196,36 @@ def test_a_job_that_finishes_after_its_task_was_closed_leaves_its_final_state_as
     assert agent_logs.named("the job succeeded after its task was closed: checkpointing its final state", attempt=1)
 
 
+def test_a_final_checkpoint_of_an_empty_dir_gives_the_next_attempt_nothing_to_resume_from(vworld: VirtualWorld) -> None:
+    # Given an attempt interrupted before its job saved anything (it ignores SIGTERM and is killed at its grace)
+    vworld.submit(job_spec("python train.py", Path("/unused"), grace_seconds=10))
+    vworld.runner(1, ignores_sigterm=True)
+    vworld.add_attempt(1, vworld.open_task("run-1"))
+    first = vworld.start_agent(1)
+    vworld.run_until(lambda: vworld.runner(1).jobs, within=POLL, what="the job to start")
+    vworld.act(lambda: (vworld.checkpoint_dir(1) / "weights.bin").unlink())  # (the test job writes it at start)
+    noticed = vworld.notice(1)
+    vworld.finish(first, within=120)
+    pointer = vworld.store.get_checkpoint(JOB_ID)
+    assert pointer is not None
+    assert (pointer.attempt, pointer.final) == (1, True)  # committed, of an empty dir
+
+    # When attempt 2 restores it
+    vworld.add_attempt(2, vworld.open_task("run-2"))
+    vworld.act(
+        lambda: vworld.store.put_attempt(
+            vworld.store.get_attempt(JOB_ID, 1).model_copy(update={"interrupted_at": noticed})
+        )
+    )
+    second = vworld.start_agent(2)
+
+    # Then its job starts afresh: SPOTRELAY_RESUMED=0 and no files, not "resume" from nothing
+    job_2 = vworld.job(2)
+    assert (job_2.resumed, job_2.files_at_start) == ("0", {})
+    vworld.act(lambda: job_2.exit(0))
+    assert vworld.finish(second, within=POLL).restored == (1, 0)
+
+
 def test_a_failing_job_reports_job_failed_with_its_exit_code_and_log_tail(vworld: VirtualWorld) -> None:
     # Given a running job
     vworld.submit(job_spec("python train.py", Path("/unused")))

@@ -8,7 +8,7 @@ import socket
 import sys
 import urllib.error
 import urllib.request
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from waiting import POLLING, Polls, eventually
 from spotrelay.cli import app
 from spotrelay.local.lambdas import REPO_ROOT
 from spotrelay.local.server import NO_WORKER_HEARTBEAT_SECONDS, describe, price_market, serve_local_stack
+from spotrelay.market import from_scenario_market
 
 from .conftest import START
 
@@ -239,3 +240,62 @@ def test_local_interrupt_says_what_is_wrong(arguments: list[str], code: int, say
     )
     assert result.exit_code == code, result.output
     assert says in result.output
+
+
+def test_local_up_with_a_scenarios_market_interrupts_an_instance_whose_capacity_goes(
+    synthesized_template: Path, tmp_path: Path
+) -> None:
+    # Given local up at 10x with a market whose first T4 pool loses its capacity 6 minutes in (36 s of wall time:
+    # its warning comes 24 s in, while the job launched after the deploy still trains)
+    market = from_scenario_market(
+        {
+            "prices": [
+                {"instance_type": "g4dn.xlarge", "availability_zone": "us-east-1a", "spot_price_usd_per_hour": 0.2},
+                {"instance_type": "g4dn.xlarge", "availability_zone": "us-east-1b", "spot_price_usd_per_hour": 0.3},
+            ],
+            "outages": [
+                {"instance_type": "g4dn.xlarge", "availability_zone": "us-east-1a", "from": "2.5m", "to": "3h"}
+            ],
+        },
+        tmp_path,
+        datetime.now(UTC),
+    )
+    instances = tmp_path / "instances"
+    with serve_local_stack(
+        port=free_port(), template=synthesized_template, market=market, quiet=True, workers=instances, speed=10
+    ) as served:
+        endpoint = ["--endpoint-url", served.endpoint_url, "--region", served.stack.region]
+        spec = {
+            "name": "tiny-train",
+            "run": {"command": f"exec {sys.executable} {TINY_TRAIN} --epochs 80 --epoch-seconds 0.5"},
+            "resources": {"gpus": 1, "gpu_models": ["T4"]},
+            "checkpoint": {"dir": "/ckpt", "interval_minutes": 60, "grace_seconds": 30},
+            "limits": {"max_price_per_hour": 1.0},
+        }
+        job_file = tmp_path / "tiny-train.yaml"
+        job_file.write_text(json.dumps(spec))
+        submitted = CliRunner().invoke(app, ["submit", str(job_file), *endpoint])
+        assert submitted.exit_code == 0, submitted.output
+        job_id = submitted.stdout.strip()
+
+        def status() -> dict[str, Any]:
+            shown = CliRunner().invoke(app, ["status", job_id, "--json", *endpoint])
+            assert shown.exit_code == 0, shown.output
+            return dict(json.loads(shown.stdout))
+
+        # When the market takes the first pool's capacity back, with no one interrupting by hand
+        ended = {"SUCCEEDED", "FAILED", "CANCELLED"}
+        done = eventually(lambda: s if (s := status())["job"]["state"] in ended else None, "its end", on=STATUS_POLLS)
+        # Then the instance got its warning two minutes before (at 10x: 12 s), the job moved to the other pool,
+        # resumed from its final checkpoint there, and succeeded
+        assert done["job"]["state"] == "SUCCEEDED", done
+        one, two = done["attempts"]
+        assert (one["pool"]["availability_zone"], one["outcome"]) == ("us-east-1a", "INTERRUPTED")
+        assert two["pool"]["availability_zone"] == "us-east-1b"
+
+        def output_of(attempt: dict[str, Any]) -> str:
+            return "\n".join(p.read_text() for p in (instances / attempt["instance_id"]).glob("state/*.log"))
+
+        assert "epoch 80/80" in output_of(two)
+        if "epoch 1/80" in output_of(one):  # (a machine slow enough to launch after the warning: it started afresh)
+            assert "resumed from epoch" in output_of(two)
