@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError, NoRegionError
 from pydantic import ValidationError
 
 from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
@@ -130,8 +130,15 @@ def deployed_stack(cloudformation: Any, name: str) -> DeployedStack:
         ) from None
     except (ClientError, BotoCoreError) as e:
         missing = isinstance(e, ClientError) and "does not exist" in str(e)
+        hint = ""
+        if missing:
+            hint = " (another stack name: --stack NAME or SPOTRELAY_STACK; another region: --region)"
+        elif isinstance(e, EndpointConnectionError):
+            endpoint = getattr(getattr(cloudformation, "meta", None), "endpoint_url", "")
+            if "localhost" in endpoint or "127.0.0.1" in endpoint:
+                hint = " (is `spotrelay local up` running there? its port: AWS_ENDPOINT_URL or --endpoint-url)"
         raise StackError(
-            f"cannot read stack {name} in {region}: {_why(e)}", USAGE if missing else UNAVAILABLE
+            f"cannot read stack {name} in {region}: {_why(e)}{hint}", USAGE if missing else UNAVAILABLE
         ) from None
     stack = stacks[0]
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", []) if "OutputKey" in o}

@@ -159,6 +159,7 @@ def test_an_unknown_job_or_stack_is_a_one_line_error(runtime: LocalRuntime, cloc
     unknown_stack = run(clock, "ls", "--stack", "Elsewhere")
     assert unknown_stack.exit_code == 2
     assert unknown_stack.stderr.startswith("error: cannot read stack Elsewhere in us-east-1: ")
+    assert "(another stack name: --stack NAME or SPOTRELAY_STACK; another region: --region)" in unknown_stack.stderr
 
 
 def test_a_job_cancelled_while_its_message_is_in_the_queue_never_runs(
