@@ -8,6 +8,7 @@ import socket
 import sys
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,46 @@ def test_local_up_runs_the_schedule_and_keeps_a_workerless_launch_from_timing_ou
 TINY_TRAIN = REPO_ROOT / "events" / "jobs" / "tiny_train.py"
 
 
+@dataclass(frozen=True)
+class TinyTrain:
+    """A tiny-train job submitted to a `local up` through its endpoint, as a user submits one."""
+
+    job_id: str
+    endpoint: list[str]
+    instances: Path
+
+    @classmethod
+    def submit(cls, served: Any, tmp_path: Path, *, epochs: int, checkpoint: dict[str, Any]) -> TinyTrain:
+        endpoint = ["--endpoint-url", served.endpoint_url, "--region", served.stack.region]
+        spec = {
+            "name": "tiny-train",
+            "run": {"command": f"exec {sys.executable} {TINY_TRAIN} --epochs {epochs} --epoch-seconds 0.5"},
+            "resources": {"gpus": 1, "gpu_models": ["T4"]},
+            "checkpoint": {"dir": "/ckpt", **checkpoint},
+            "limits": {"max_price_per_hour": 1.0},
+        }
+        job_file = tmp_path / "tiny-train.yaml"
+        job_file.write_text(json.dumps(spec))
+        submitted = CliRunner().invoke(app, ["submit", str(job_file), *endpoint])
+        assert submitted.exit_code == 0, submitted.output
+        return cls(submitted.stdout.strip(), endpoint, served.workers.root)
+
+    def status(self) -> dict[str, Any]:
+        shown = CliRunner().invoke(app, ["status", self.job_id, "--json", *self.endpoint])
+        assert shown.exit_code == 0, shown.output
+        return dict(json.loads(shown.stdout))
+
+    def ended(self) -> dict[str, Any]:
+        terminal = {"SUCCEEDED", "FAILED", "CANCELLED"}
+        return eventually(
+            lambda: s if (s := self.status())["job"]["state"] in terminal else None, "its end", on=STATUS_POLLS
+        )
+
+    def output_of(self, attempt: dict[str, Any]) -> str:
+        """What the attempt's job printed (its log file in the instance's scratch directory)."""
+        return "\n".join(p.read_text() for p in (self.instances / attempt["instance_id"]).glob("state/*.log"))
+
+
 def test_local_up_runs_a_job_on_a_real_agent_and_resumes_it_elsewhere_after_an_interruption(
     synthesized_template: Path, events_dir: Path, tmp_path: Path
 ) -> None:
@@ -159,28 +200,8 @@ def test_local_up_runs_a_job_on_a_real_agent_and_resumes_it_elsewhere_after_an_i
     with serve_local_stack(
         port=free_port(), template=synthesized_template, market=market, quiet=True, workers=instances
     ) as served:
-        endpoint = ["--endpoint-url", served.endpoint_url, "--region", served.stack.region]
-        spec = {
-            "name": "tiny-train",
-            "run": {"command": f"exec {sys.executable} {TINY_TRAIN} --epochs 20 --epoch-seconds 0.5"},
-            "resources": {"gpus": 1, "gpu_models": ["T4"]},
-            "checkpoint": {"dir": "/ckpt", "interval_minutes": 1, "grace_seconds": 10},
-            "limits": {"max_price_per_hour": 1.0},
-            "work_hours": 0.002,
-        }
-        job_file = tmp_path / "tiny-train.yaml"
-        job_file.write_text(json.dumps(spec))
-        submitted = CliRunner().invoke(app, ["submit", str(job_file), *endpoint])
-        assert submitted.exit_code == 0, submitted.output
-        job_id = submitted.stdout.strip()
-
-        def status() -> dict[str, Any]:
-            shown = CliRunner().invoke(app, ["status", job_id, "--json", *endpoint])
-            assert shown.exit_code == 0, shown.output
-            return dict(json.loads(shown.stdout))
-
-        def output_of(attempt: dict[str, Any]) -> str:
-            return "\n".join(p.read_text() for p in (instances / attempt["instance_id"]).glob("state/*.log"))
+        job = TinyTrain.submit(served, tmp_path, epochs=20, checkpoint={"interval_minutes": 1, "grace_seconds": 10})
+        job_id, status, output_of = job.job_id, job.status, job.output_of
 
         # When its first instance's job has trained an epoch (its output says so), the user interrupts it
         first = eventually(lambda: next(iter(status()["attempts"]), None), "the first attempt", on=STATUS_POLLS)
@@ -197,8 +218,7 @@ def test_local_up_runs_a_job_on_a_real_agent_and_resumes_it_elsewhere_after_an_i
         assert twice.exit_code == 1
         assert "already has its interruption warning: it ends at" in twice.output
         # Then the job succeeds on a second instance in another pool, which resumed from the first's checkpoint
-        ended = {"SUCCEEDED", "FAILED", "CANCELLED"}
-        done = eventually(lambda: s if (s := status())["job"]["state"] in ended else None, "its end", on=STATUS_POLLS)
+        done = job.ended()
         assert done["job"]["state"] == "SUCCEEDED", done
         one, two = done["attempts"]
         assert one["outcome"] == "INTERRUPTED"
@@ -264,28 +284,10 @@ def test_local_up_with_a_scenarios_market_interrupts_an_instance_whose_capacity_
     with serve_local_stack(
         port=free_port(), template=synthesized_template, market=market, quiet=True, workers=instances, speed=10
     ) as served:
-        endpoint = ["--endpoint-url", served.endpoint_url, "--region", served.stack.region]
-        spec = {
-            "name": "tiny-train",
-            "run": {"command": f"exec {sys.executable} {TINY_TRAIN} --epochs 80 --epoch-seconds 0.5"},
-            "resources": {"gpus": 1, "gpu_models": ["T4"]},
-            "checkpoint": {"dir": "/ckpt", "interval_minutes": 60, "grace_seconds": 30},
-            "limits": {"max_price_per_hour": 1.0},
-        }
-        job_file = tmp_path / "tiny-train.yaml"
-        job_file.write_text(json.dumps(spec))
-        submitted = CliRunner().invoke(app, ["submit", str(job_file), *endpoint])
-        assert submitted.exit_code == 0, submitted.output
-        job_id = submitted.stdout.strip()
-
-        def status() -> dict[str, Any]:
-            shown = CliRunner().invoke(app, ["status", job_id, "--json", *endpoint])
-            assert shown.exit_code == 0, shown.output
-            return dict(json.loads(shown.stdout))
+        job = TinyTrain.submit(served, tmp_path, epochs=80, checkpoint={"interval_minutes": 60, "grace_seconds": 30})
 
         # When the market takes the first pool's capacity back, with no one interrupting by hand
-        ended = {"SUCCEEDED", "FAILED", "CANCELLED"}
-        done = eventually(lambda: s if (s := status())["job"]["state"] in ended else None, "its end", on=STATUS_POLLS)
+        done = job.ended()
         # Then the instance got its warning two minutes before (at 10x: 12 s), the job moved to the other pool,
         # resumed from its final checkpoint there, and succeeded
         assert done["job"]["state"] == "SUCCEEDED", done
@@ -293,9 +295,6 @@ def test_local_up_with_a_scenarios_market_interrupts_an_instance_whose_capacity_
         assert (one["pool"]["availability_zone"], one["outcome"]) == ("us-east-1a", "INTERRUPTED")
         assert two["pool"]["availability_zone"] == "us-east-1b"
 
-        def output_of(attempt: dict[str, Any]) -> str:
-            return "\n".join(p.read_text() for p in (instances / attempt["instance_id"]).glob("state/*.log"))
-
-        assert "epoch 80/80" in output_of(two)
-        if "epoch 1/80" in output_of(one):  # (a machine slow enough to launch after the warning: it started afresh)
-            assert "resumed from epoch" in output_of(two)
+        assert "epoch 80/80" in job.output_of(two)
+        if "epoch 1/80" in job.output_of(one):  # (a machine slow enough to launch after the warning: it started afresh)
+            assert "resumed from epoch" in job.output_of(two)
