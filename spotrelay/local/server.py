@@ -121,7 +121,7 @@ def serve_local_stack(
                 if environ.get("PATH_INFO", "").startswith(UP_PREFIX):
                     if instances is None:
                         return _refused(start_response, 404, "this local up runs no workers (--no-workers)")
-                    return instances.wsgi(app)(environ, start_response)
+                    return instances.serve(environ, start_response)
                 return app(environ, start_response)
 
             return serve

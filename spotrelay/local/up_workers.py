@@ -403,18 +403,12 @@ class LocalWorkers:
 
     # --- HTTP ---------------------------------------------------------------------------------------------
 
-    def wsgi(self, app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
-        """moto's WSGI app, with the instances' IMDS and `interrupt` under /_spotrelay/."""
-
-        def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            path = environ.get("PATH_INFO", "")
-            if not path.startswith(PREFIX):
-                return app(environ, start_response)
-            status, body, content_type = self._answer(environ, path)
-            start_response(f"{status} {'OK' if status == 200 else 'Error'}", [("Content-Type", content_type)])
-            return [body.encode()]
-
-        return serve
+    def serve(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        """A WSGI answer to a request under /_spotrelay/ (the instances' IMDS and `interrupt`); the server
+        hands the other paths to moto."""
+        status, body, content_type = self._answer(environ, environ.get("PATH_INFO", ""))
+        start_response(f"{status} {'OK' if status == 200 else 'Error'}", [("Content-Type", content_type)])
+        return [body.encode()]
 
     def _answer(self, environ: dict[str, Any], path: str) -> tuple[int, str, str]:
         method = environ.get("REQUEST_METHOD", "GET")

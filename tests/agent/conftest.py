@@ -295,6 +295,17 @@ class VirtualWorld(World):
         assert jobs, f"attempt {attempt} has started no job"
         return jobs[max(jobs)]
 
+    def relaunch_after_interruption(self, noticed: datetime) -> ClockAgent:
+        """What the control plane does after attempt 1's interruption (warned at `noticed`): attempt 2 with its
+        own task, attempt 1 marked interrupted; attempt 2's agent started on a fresh instance."""
+        self.add_attempt(2, self.open_task("run-2"))
+        self.act(
+            lambda: self.store.put_attempt(
+                self.store.get_attempt(JOB_ID, 1).model_copy(update={"interrupted_at": noticed})
+            )
+        )
+        return self.start_agent(2)
+
     def start_agent(
         self, attempt: int, job_id: str = JOB_ID, *, store: AgentStore | None = None, **settings: Any
     ) -> ClockAgent:

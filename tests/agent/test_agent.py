@@ -69,13 +69,7 @@ def test_an_interrupted_attempt_commits_within_grace_and_the_next_resumes_from_e
     assert result_1.outcome.token_accepted
 
     # When attempt 2 starts on a fresh instance (an empty checkpoint dir)
-    vworld.add_attempt(2, vworld.open_task("run-2"))
-    vworld.act(
-        lambda: vworld.store.put_attempt(
-            vworld.store.get_attempt(JOB_ID, 1).model_copy(update={"interrupted_at": noticed})
-        )
-    )
-    second = vworld.start_agent(2)
+    second = vworld.relaunch_after_interruption(noticed)
 
     # Then the job starts at once, resumed, on exactly the files and bytes attempt 1 committed
     job_2 = vworld.job(2)
@@ -211,13 +205,7 @@ def test_a_final_checkpoint_of_an_empty_dir_gives_the_next_attempt_nothing_to_re
     assert (pointer.attempt, pointer.final) == (1, True)  # committed, of an empty dir
 
     # When attempt 2 restores it
-    vworld.add_attempt(2, vworld.open_task("run-2"))
-    vworld.act(
-        lambda: vworld.store.put_attempt(
-            vworld.store.get_attempt(JOB_ID, 1).model_copy(update={"interrupted_at": noticed})
-        )
-    )
-    second = vworld.start_agent(2)
+    second = vworld.relaunch_after_interruption(noticed)
 
     # Then its job starts afresh: SPOTRELAY_RESUMED=0 and no files, not "resume" from nothing
     job_2 = vworld.job(2)
