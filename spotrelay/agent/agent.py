@@ -133,6 +133,14 @@ STANDBY_WAIT_SECONDS = 1800.0
 # --- ports ------------------------------------------------------------------------------------------
 
 
+# The agent's last line about its report: heard, or the control plane had closed the attempt's task first
+# (it handled an interruption), which is expected, not an error. A finished job's work is then committed
+# as the attempt's final checkpoint, so the next attempt resumes from the end.
+REPORTED = "reported on the task token"
+CLOSED_FIRST_KEPT = "the control plane closed this attempt first: its finished work is kept as the final checkpoint"
+CLOSED_FIRST = "the control plane closed this attempt first: nothing more to report"
+
+
 class AgentStore(CheckpointPointers, Protocol):
     """What the agent reads and writes in the job table (GetItem and a conditional PutItem only)."""
 
@@ -998,7 +1006,7 @@ class Agent:
         )
         self._update(outcome=outcome)
         self.log.info(
-            "reported on the task token" if accepted else "the task token was already closed: outcome kept locally",
+            REPORTED if accepted else (CLOSED_FIRST_KEPT if error is None else CLOSED_FIRST),
             extra={"outcome": kind, "error": error, "exit_code": exit_code},
         )
         return AgentResult(outcome=outcome, checkpoints=tuple(self._results))

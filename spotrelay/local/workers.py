@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from spotrelay.agent.agent import Agent, AgentError, AgentSettings
+from spotrelay.agent.agent import CLOSED_FIRST, CLOSED_FIRST_KEPT, REPORTED, Agent, AgentError, AgentSettings
 from spotrelay.agent.imds import ImdsClient
 from spotrelay.agent.logs import LOGGER_NAME
 from spotrelay.agent.main import wait_for_credentials
@@ -458,12 +458,12 @@ class InstanceWorker:
         if message in {"checkpoint committed", "checkpoint written but not committed: a newer one exists"}:
             self._on_checkpoint(record, now, committed=message == "checkpoint committed")
             return
-        if message in {"reported on the task token", "the task token was already closed: outcome kept locally"}:
+        if message in {REPORTED, CLOSED_FIRST_KEPT, CLOSED_FIRST}:
             reported: dict[str, Any] = {
                 "outcome": getattr(record, "outcome", None),
                 "error": getattr(record, "error", None),
                 "exit_code": getattr(record, "exit_code", None),
-                "accepted": message == "reported on the task token",  # False: the token was already closed
+                "accepted": message == REPORTED,  # False: the control plane had closed the task first
             }
             self.events.append(AgentEvent(now, "reported", reported))
             return
