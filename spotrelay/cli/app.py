@@ -19,10 +19,11 @@ from spotrelay.agent import JOB_USER
 from spotrelay.catalog import INSTANCE_TYPES
 from spotrelay.cli import admin, jobs
 from spotrelay.cli.console import err, fail, out, tables
+from spotrelay.cli.prices import place_from_command_line, prices_command
 from spotrelay.config import ENV_AGENT_LOG_GROUP, ENV_BUCKET, ENV_TABLE, ENV_VEND_FUNCTION
 from spotrelay.market import PriceFileError, load_advisor_bands, load_prices
 from spotrelay.models import JobSpecError, Market, Pool, load_job_spec
-from spotrelay.policy import InterruptionModel, Placement, place
+from spotrelay.policy import Placement
 
 T = TypeVar("T")
 
@@ -30,7 +31,7 @@ app = typer.Typer(
     name="spotrelay",
     help="Run GPU jobs on EC2 Spot: the cheapest pool that fits, checkpoints to S3, relaunch after interruptions.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -105,13 +106,13 @@ def place_command(
         bands = csv_text(advisor, lambda: load_advisor_bands(advisor, region)) if advisor is not None else {}
     except (JobSpecError, PriceFileError) as e:
         fail(str(e))
-    placement = place(
+    placement = place_from_command_line(
         spec,
         quotes,
         work_done_hours=work_done,
         elapsed_hours=elapsed,
         blocked=parse_blocked(blocked or []),
-        interruptions=InterruptionModel(bands=bands),
+        bands=bands,
     )
     if as_json:
         sys.stdout.write(json.dumps(placement.to_json_dict(), indent=2) + "\n")
@@ -165,6 +166,9 @@ def print_placement(placement: Placement, top: int) -> None:
         markup=False,
         soft_wrap=True,
     )
+
+
+app.command("prices")(prices_command)
 
 
 @app.command("agent")

@@ -6,6 +6,7 @@ The commands are plain functions; spotrelay.cli.app registers them. boto3 is imp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -17,19 +18,23 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich import box
+from rich.console import Group
+from rich.live import Live
 from rich.table import Column, Table
+from rich.text import Text
 
 from spotrelay.cli.console import err, fail, out, tables
 from spotrelay.cli.costs import (
     JobCost,
     PriceHistories,
+    PriceHistoryReader,
     ec2_price_history,
     job_cost,
     read_price_histories,
     spot_price_now,
 )
 from spotrelay.clock import SYSTEM_CLOCK, WaitingClock
-from spotrelay.models import JobSpecError, JobState, Market, Pool, load_job_spec, parse_job_spec
+from spotrelay.models import JobSpecError, JobState, Market, Pool, PriceQuote, load_job_spec, parse_job_spec
 from spotrelay.models.billing import needs_prices
 from spotrelay.models.job_spec import JOB_SPEC_LIMITS, decode_document, document_text
 
@@ -48,6 +53,10 @@ FOLLOW_MAX_FAILURES = 5
 # seconds late is soon enough to learn it ended
 WAIT_POLL_SECONDS = 5.0
 WAIT_MAX_FAILURES = 5  # failed reads in a row (a throttle, a network blip) before a wait gives up
+# How often `status --watch` reads the job (a GetItem and a Query): the figures on screen move by the second,
+# the job's state over minutes
+WATCH_INTERVAL = "5s"
+WATCH_MIN_SECONDS = 1.0  # as `wait --poll-seconds`
 _LOG_FIELDS = {"time", "level", "message", "job_id", "attempt"}
 
 JobIdArgument = Annotated[str, typer.Argument(metavar="JOB_ID", help="what `spotrelay submit` printed")]
@@ -116,15 +125,22 @@ def on_client(client: JobsClient, use: Callable[[JobsClient], T]) -> T:
 
 
 def prices_in_effect(
-    statuses: list[JobStatus], now: datetime, region: str | None, endpoint_url: str | None
+    statuses: list[JobStatus],
+    now: datetime,
+    region: str | None,
+    endpoint_url: str | None,
+    *,
+    read: PriceHistoryReader | None = None,
+    warn: bool = True,
 ) -> PriceHistories:
-    """The spot price histories the jobs' unsettled attempts need, read from EC2 once per pool; a warning
-    on stderr if they could not be read (those attempts then count at their launch prices)."""
+    """The spot price histories the jobs' unsettled attempts need, read from EC2 once per pool (with `read`,
+    else a new EC2 client); a warning on stderr if they could not be read (those attempts then count at
+    their launch prices), unless not `warn`."""
     attempts = [a for s in statuses for a in s.attempts]
     if not any(needs_prices(a) for a in attempts):
         return PriceHistories()  # every bill settled, or on-demand: nothing to ask EC2
-    prices = read_price_histories(attempts, now, ec2_price_history(region, endpoint_url))
-    if prices.error is not None:
+    prices = read_price_histories(attempts, now, read or ec2_price_history(region, endpoint_url))
+    if prices.error is not None and warn:
         err.print(
             f"warning: could not read the spot price history ({prices.error}); instances not yet billed in full "
             "are counted at their launch prices",
@@ -218,27 +234,143 @@ def status_command(
     region: RegionOption = None,
     endpoint_url: EndpointOption = None,
     as_json: JsonOption = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch", help="show it again every --interval until the job ends, then exit as `spotrelay wait` does"
+        ),
+    ] = False,
+    interval_text: Annotated[
+        str | None,
+        typer.Option(
+            "--interval",
+            metavar="DURATION",
+            help=f"how often --watch reads the job: 30s, 2m (default {WATCH_INTERVAL})",
+        ),
+    ] = None,
 ) -> None:
     """Where a job stands: its state, pool, progress, cost so far (a live instance's at the spot prices in
-    effect since its launch: an estimate until the instance is gone), and every attempt."""
+    effect since its launch: an estimate until the instance is gone), and every attempt.
+
+    \b
+    With --watch it reads the job again every --interval (a DynamoDB GetItem
+    and a Query) and redraws it in place (printed again when stdout is not a
+    terminal; with --json, a JSON line a read) until the job ends, then exits
+    as `spotrelay wait` does: 0 if it SUCCEEDED, 1 if it FAILED or was
+    CANCELLED. Ctrl-C stops watching (exit 130); the job goes on.
+    """
+    if interval_text is not None and not watch:
+        fail("--interval: how often --watch reads the job; give --watch too")
+    if watch:
+        interval = watch_interval(interval_text or WATCH_INTERVAL)
+        client = connect(stack, region, endpoint_url)
+        raise typer.Exit(
+            watch_status(client, job_id, interval=interval, as_json=as_json, region=region, endpoint_url=endpoint_url)
+        )
     status = on_stack(stack, region, endpoint_url, lambda client: client.status(job_id))
     now = utc_now()
     prices = prices_in_effect([status], now, region, endpoint_url)
     if as_json:
-        cost = job_cost(status, prices, now)
-        answer = {
-            "job": status.job.model_dump(mode="json"),
-            "attempts": [a.model_dump(mode="json", exclude={"task_token"}) for a in status.attempts],
-            "running_cost_usd": cost.live_usd,
-            "cost_usd": cost.total_usd,
-            "cost_is_estimate": cost.is_estimate,
-        }
-        sys.stdout.write(json.dumps(answer, indent=2) + "\n")
+        sys.stdout.write(json.dumps(status_answer(status, now, prices), indent=2) + "\n")
         return
+    print_status(status, now, prices)
+
+
+def status_answer(status: JobStatus, now: datetime, prices: PriceHistories) -> dict[str, Any]:
+    """`status --json`: the records, the cost at the prices in effect, the work lost."""
+    cost = job_cost(status, prices, now)
+    return {
+        "job": status.job.model_dump(mode="json"),
+        "attempts": [a.model_dump(mode="json", exclude={"task_token"}) for a in status.attempts],
+        "running_cost_usd": cost.live_usd,
+        "cost_usd": cost.total_usd,
+        "cost_is_estimate": cost.is_estimate,
+    }
+
+
+def print_status(status: JobStatus, now: datetime, prices: PriceHistories) -> None:
     for line in describe_status(status, now, prices):
         out.print(line, markup=False, soft_wrap=True)
     if status.attempts:
         tables().print(attempts_table(status))
+
+
+def watch_interval(text: str) -> float:
+    """Seconds of `--interval`: a duration with its unit (a bare number would be hours, as --timeout reads it)."""
+    from spotrelay.market import parse_duration
+
+    if text.strip().replace(".", "", 1).isdigit():
+        fail(f"--interval {text!r}: give a unit, e.g. {text.strip()}s")
+    try:
+        seconds = parse_duration(text, "--interval") * 3600
+    except ValueError as e:
+        fail(str(e))
+    if seconds < WATCH_MIN_SECONDS:
+        fail(f"--interval {text!r}: at least {WATCH_MIN_SECONDS:g}s")
+    return seconds
+
+
+def watch_status(
+    client: JobsClient, job_id: str, *, interval: float, as_json: bool, region: str | None, endpoint_url: str | None
+) -> int:
+    """`status` shown at every read of `wait_for_jobs` on the one job, until it ends: `wait`'s polling (its
+    clock, its retries of a failed read) and `wait`'s exit status. Redrawn in place on a terminal (rich
+    Live), printed again otherwise, a JSON line a read with `as_json`."""
+    from spotrelay.aws.stack import StackError
+
+    readers: list[PriceHistoryReader] = []  # one EC2 client for the watch, made when a price is needed
+
+    def read_prices(pool: Pool, start: datetime, end: datetime) -> list[PriceQuote]:
+        if not readers:
+            readers.append(ec2_price_history(region, endpoint_url))
+        return readers[0](pool, start, end)
+
+    live = None if as_json or not out.is_terminal else Live(console=out, auto_refresh=False)
+    footer = Text(f"read every {interval:g} s until the job ends; Ctrl-C stops watching (the job goes on)", style="dim")
+    reads = 0
+    priced = True  # a failed price read is warned of once, until they are read again
+
+    def read_and_show(read_id: str) -> Job:
+        nonlocal reads, priced
+        status = client.status(read_id)
+        now = utc_now()
+        prices = prices_in_effect([status], now, region, endpoint_url, read=read_prices, warn=priced)
+        priced = prices.error is None
+        reads += 1
+        if as_json:
+            json_line(status_answer(status, now, prices))
+        elif live is not None:
+            view = status_view(status, now, prices)
+            live.update(view if status.job.state.is_terminal else Group(view, footer), refresh=True)
+        else:
+            if reads > 1:
+                out.print()
+            print_status(status, now, prices)
+        return status.job
+
+    try:
+        with live if live is not None else contextlib.nullcontext():
+            result = wait_for_jobs(
+                read_and_show,
+                [job_id],
+                clock=command_clock(),
+                poll_seconds=interval,
+                timeout_seconds=None,
+                on_end=lambda job: None,  # the last read showed it ended
+            )
+    except StackError as e:
+        fail(str(e), e.code)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    return result.exit_status
+
+
+def status_view(status: JobStatus, now: datetime, prices: PriceHistories) -> Group:
+    """What `print_status` prints, as one renderable (for rich Live)."""
+    lines: list[Text | Table] = [Text(line) for line in describe_status(status, now, prices)]
+    if status.attempts:
+        lines.append(attempts_table(status))
+    return Group(*lines)
 
 
 def ls_command(
@@ -636,6 +768,12 @@ class WaitResult:
     def all_succeeded(self) -> bool:
         return not self.unfinished and all(job.state is JobState.SUCCEEDED for job in self.ended)
 
+    @property
+    def exit_status(self) -> int:
+        """`wait`'s (and `status --watch`'s): 0 when every job SUCCEEDED; 1 when one FAILED, was CANCELLED,
+        or was still going at the timeout."""
+        return 0 if self.all_succeeded else 1
+
 
 def wait_for_jobs(
     read_job: Callable[[str], Job | None],
@@ -743,7 +881,7 @@ def wait_and_report(
         else:
             where = "not recorded yet" if job is None else f"still {job.state.value}"
             out.print(f"{job_id} {where}: not ended within --timeout {timeout.text}", markup=False, soft_wrap=True)
-    return 0 if result.all_succeeded else 1
+    return result.exit_status
 
 
 def ended_line(job: Job) -> str:
