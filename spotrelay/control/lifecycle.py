@@ -905,10 +905,15 @@ def close_attempt(
     ran = 0.0 if ran_from is None else max(0.0, (until - ran_from).total_seconds() / 3600)
     progress = ran * attempt.relative_speed
     saved = 0.0
-    if pointer is not None and pointer.attempt == attempt.attempt:
+    own = pointer is not None and pointer.attempt == attempt.attempt
+    if pointer is not None and own:
         saved = max(0.0, pointer.work_done_hours - attempt.work_done_hours_at_start)
-    # A standby never ran the job (no token): nothing of it is lost.
-    lost = 0.0 if outcome is AttemptOutcome.SUCCEEDED or attempt.is_standby else max(0.0, progress - saved)
+    # Nothing of it is lost when it succeeded; when it is a standby, which never ran the job (no token); or
+    # when its own final checkpoint (taken once the job stopped, at a notice or a handover) is the newest:
+    # everything it did is what the next attempt restores, whether or not the job reports its progress.
+    kept_all = own and pointer is not None and pointer.final
+    nothing_lost = outcome is AttemptOutcome.SUCCEEDED or attempt.is_standby or kept_all
+    lost = 0.0 if nothing_lost else max(0.0, progress - saved)
     return attempt.model_copy(update={"outcome": outcome, "ended_at": now, "lost_work_hours": lost})
 
 

@@ -567,11 +567,11 @@ def test_recover_after_the_final_checkpoint_closes_the_attempt_accounts_it_and_r
     world.checkpoint(attempt=1, seq=4, work_done_hours=1.5, final=True)
     # When Recover runs
     result = world.recover(failure=error("SpotInterrupted"))
-    # Then the attempt is closed as INTERRUPTED now, losing the work done since the checkpoint
+    # Then the attempt is closed as INTERRUPTED now, losing nothing: its final checkpoint holds all it did
     attempt = world.attempt()
     assert attempt.outcome is AttemptOutcome.INTERRUPTED
     assert attempt.ended_at == world.clock.now()
-    assert attempt.lost_work_hours == pytest.approx(115 / 60 * attempt.relative_speed - 1.5)
+    assert attempt.lost_work_hours == 0
     # And the job is charged for the 121 minutes it held the instance, counts one interruption, keeps its progress
     job = world.job()
     assert job.cost_usd == pytest.approx(0.35 * 121 / 60)
@@ -634,23 +634,40 @@ def test_recover_stops_waiting_for_a_final_checkpoint_after_150_seconds() -> Non
 
 @pytest.mark.parametrize("late_minutes", [3, 30, 600])
 def test_a_late_recover_counts_no_work_lost_after_the_instance_was_reclaimed(late_minutes: int) -> None:
-    # Given an attempt that ran an hour, was warned, committed a final checkpoint of 1 h of work a minute
-    # later, and whose Recover comes `late_minutes` after the warning (the control plane was down, its
-    # events were dead-lettered and redriven)
+    # Given an attempt that ran an hour, was warned, committed a periodic checkpoint of 1 h of work a minute
+    # later (not its final one), and whose Recover comes `late_minutes` after the warning (the control plane
+    # was down, its events were dead-lettered and redriven)
     world = World()
     world.running()
     world.advance(hours=1)
     world.warned()
     world.advance(minutes=1)
-    world.checkpoint(attempt=1, seq=3, work_done_hours=1.0 * world.attempt().relative_speed, final=True)
+    world.checkpoint(attempt=1, seq=3, work_done_hours=1.0 * world.attempt().relative_speed, final=False)
     world.advance(minutes=late_minutes - 1)
     # When Recover runs
     world.recover(failure=error("SpotInterrupted"))
-    # Then only the two minutes of the notice count, less what the final checkpoint saved: nothing of the
-    # time since EC2 reclaimed the instance
+    # Then only the two minutes of the notice count, less what the checkpoint saved: nothing of the time
+    # since EC2 reclaimed the instance
     attempt = world.attempt()
     assert attempt.lost_work_hours == pytest.approx(2 / 60 * attempt.relative_speed)
     assert world.job().lost_work_hours == pytest.approx(attempt.lost_work_hours)
+
+
+def test_an_attempt_whose_own_final_checkpoint_is_the_newest_lost_no_work_even_without_progress_reports() -> None:
+    # Given an attempt that ran an hour and committed its final checkpoint at the notice, for a job that writes
+    # no progress file (the pointer's work done is where the attempt started)
+    world = World()
+    world.running()
+    world.advance(hours=1)
+    world.warned()
+    world.advance(seconds=30)
+    world.checkpoint(attempt=1, seq=3, work_done_hours=world.attempt().work_done_hours_at_start, final=True)
+    world.advance(seconds=30)
+    # When Recover runs
+    world.recover(failure=error("SpotInterrupted"))
+    # Then nothing is lost: the final checkpoint holds everything the job did, whatever it reports
+    assert world.attempt().lost_work_hours == 0
+    assert world.job().lost_work_hours == 0
 
 
 def test_a_late_recover_counts_the_work_only_until_the_instance_stopped_billing() -> None:
