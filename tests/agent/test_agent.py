@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from waiting import POLLING, eventually
 
 from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME, sha256_of
 from spotrelay.agent.runner import KILLED_EXIT_CODE
@@ -174,6 +175,13 @@ def test_a_job_that_finishes_after_its_task_was_closed_leaves_its_final_state_as
     vworld.act(lambda: job.step(1))
     vworld.advance(60)
     vworld.act(lambda: vworld.sfn.send_task_failure(taskToken=token, error="SpotInterrupted"))
+    # (moto's execution takes the failure on a thread of its own, on real time: wait until it has)
+    arn = vworld.state_machine_arn.replace(":stateMachine:", ":execution:") + ":run-1"
+    eventually(
+        lambda: vworld.sfn.describe_execution(executionArn=arn)["status"] != "RUNNING" or None,
+        "the execution to take the task's failure",
+        on=POLLING,
+    )
 
     # When the job finishes (exit 0) before the agent sees any notice
     vworld.act(lambda: job.exit(0))
