@@ -18,7 +18,7 @@ from rich.table import Table
 from spotrelay.agent import JOB_USER
 from spotrelay.catalog import INSTANCE_TYPES
 from spotrelay.cli import admin, jobs
-from spotrelay.cli.console import err, fail, out, tables
+from spotrelay.cli.console import err, fail, option_seconds, out, tables
 from spotrelay.cli.prices import place_from_command_line, prices_command
 from spotrelay.config import ENV_AGENT_LOG_GROUP, ENV_BUCKET, ENV_TABLE, ENV_VEND_FUNCTION
 from spotrelay.market import PriceFileError, load_advisor_bands, load_prices
@@ -414,14 +414,10 @@ def local_interrupt_command(
     control plane relaunches the job on another pool, where it resumes.
     """
     from spotrelay.local.up_workers import INTERRUPT_PATH
-    from spotrelay.market import parse_duration
 
     if (instance_id is None) == (job is None):
         fail("give an INSTANCE_ID or --job JOB_ID (one of them)")
-    try:
-        seconds = parse_duration(notice, "--notice") * 3600
-    except ValueError as e:
-        fail(str(e))
+    seconds = option_seconds(notice, "--notice")
     if not 1 <= seconds <= 3600:
         fail(f"--notice: {notice!r} is not between 1s and 1h (EC2 gives 2m)")
     base = (endpoint_url or "http://localhost:5055").rstrip("/")

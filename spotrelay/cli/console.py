@@ -17,6 +17,17 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def option_seconds(text: str, option: str) -> float:
+    """The seconds of a duration option (`2m`, `30s`, `1h`; spotrelay.market.parse_duration), or the option's
+    one-line error and exit 2."""
+    from spotrelay.market import parse_duration
+
+    try:
+        return parse_duration(text, option) * 3600
+    except ValueError as e:
+        fail(str(e))
+
+
 def tables() -> Console:
     """Where tables go: the terminal at its width, or 160 columns when stdout is a file or a pipe (rich
     would assume 80 and truncate ids)."""

@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.table import Column, Table
 from rich.text import Text
 
-from spotrelay.cli.console import err, fail, out, tables
+from spotrelay.cli.console import err, fail, option_seconds, out, tables
 from spotrelay.cli.costs import (
     JobCost,
     PriceHistories,
@@ -277,7 +277,7 @@ def status_command(
 
 
 def status_answer(status: JobStatus, now: datetime, prices: PriceHistories) -> dict[str, Any]:
-    """`status --json`: the records, the cost at the prices in effect, the work lost."""
+    """`status --json`: the records and the cost at the prices in effect."""
     cost = job_cost(status, prices, now)
     return {
         "job": status.job.model_dump(mode="json"),
@@ -297,14 +297,9 @@ def print_status(status: JobStatus, now: datetime, prices: PriceHistories) -> No
 
 def watch_interval(text: str) -> float:
     """Seconds of `--interval`: a duration with its unit (a bare number would be hours, as --timeout reads it)."""
-    from spotrelay.market import parse_duration
-
     if text.strip().replace(".", "", 1).isdigit():
         fail(f"--interval {text!r}: give a unit, e.g. {text.strip()}s")
-    try:
-        seconds = parse_duration(text, "--interval") * 3600
-    except ValueError as e:
-        fail(str(e))
+    seconds = option_seconds(text, "--interval")
     if seconds < WATCH_MIN_SECONDS:
         fail(f"--interval {text!r}: at least {WATCH_MIN_SECONDS:g}s")
     return seconds
@@ -749,14 +744,9 @@ class Timeout:
 
 
 def wait_timeout(text: str | None) -> Timeout | None:
-    from spotrelay.market import parse_duration
-
     if text is None:
         return None
-    try:
-        return Timeout(parse_duration(text, "--timeout") * 3600, text)
-    except ValueError as e:
-        fail(str(e))
+    return Timeout(option_seconds(text, "--timeout"), text)
 
 
 @dataclass(frozen=True, slots=True)

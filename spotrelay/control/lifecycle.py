@@ -894,24 +894,22 @@ def close_attempt(
         until = min(until, attempt.billed_until)
     if attempt.interrupted_at is not None and attempt.pool.market is Market.SPOT:
         until = min(until, attempt.interrupted_at + SPOT_NOTICE)
+    own = pointer if pointer is not None and pointer.attempt == attempt.attempt else None  # its checkpoint
     ran_from = attempt.running_at
     if ran_from is None and (
         attempt.interrupted_at is not None
         or attempt.rebalance_at is not None
         or attempt.migrate_requested_at is not None
-        or (pointer is not None and pointer.attempt == attempt.attempt)
+        or own is not None
     ):
         ran_from = attempt.started_at
     ran = 0.0 if ran_from is None else max(0.0, (until - ran_from).total_seconds() / 3600)
     progress = ran * attempt.relative_speed
-    saved = 0.0
-    own = pointer is not None and pointer.attempt == attempt.attempt
-    if pointer is not None and own:
-        saved = max(0.0, pointer.work_done_hours - attempt.work_done_hours_at_start)
+    saved = 0.0 if own is None else max(0.0, own.work_done_hours - attempt.work_done_hours_at_start)
     # Nothing of it is lost when it succeeded; when it is a standby, which never ran the job (no token); or
     # when its own final checkpoint (taken once the job stopped, at a notice or a handover) is the newest:
     # everything it did is what the next attempt restores, whether or not the job reports its progress.
-    kept_all = own and pointer is not None and pointer.final
+    kept_all = own is not None and own.final
     nothing_lost = outcome is AttemptOutcome.SUCCEEDED or attempt.is_standby or kept_all
     lost = 0.0 if nothing_lost else max(0.0, progress - saved)
     return attempt.model_copy(update={"outcome": outcome, "ended_at": now, "lost_work_hours": lost})
