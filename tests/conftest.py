@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,6 +24,14 @@ RECORDED_FROM_SECONDS = 1.0
 # Tests using these fixtures start before all others whatever the file says: the scenario replays, the
 # longest of the suite, and growing as the replayed agent does more.
 FIRST_FIXTURES = frozenset({"replayed"})
+
+
+# The property tests draw the same examples on every run: `make test` must not pass or fail by luck (a
+# rounding edge hypothesis drew once failed a fresh clone), and no example is bound by wall-clock time
+# (hypothesis' default deadline). `pytest --hypothesis-profile=explore` draws new examples each run.
+settings.register_profile("deterministic", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", derandomize=False, deadline=None)
+settings.load_profile("deterministic")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

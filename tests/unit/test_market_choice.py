@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from spotrelay.models import Market
@@ -509,6 +509,19 @@ def test_without_a_deadline_no_safety_net_is_due() -> None:
     current=st.sampled_from([None, Market.SPOT, Market.ON_DEMAND]),
     returns_to_spot=st.booleans(),
 )
+# Behind the line by rounding alone (found by hypothesis on a fresh clone): `behind` computes to 0.0
+@example(
+    work=1.0,
+    deadline=97.74437413468131,
+    speed=1.0,
+    done_share=0.0509327374913438,
+    time_share=0.0509327374913438,
+    overhead=1.0,
+    share=0.25,
+    spot_available=False,
+    current=None,
+    returns_to_spot=True,
+)
 def test_the_band_only_turns_rule_1_into_a_wait_and_only_within_the_band(
     work: float,
     deadline: float,
@@ -555,7 +568,8 @@ def test_the_band_only_turns_rule_1_into_a_wait_and_only_within_the_band(
     assert paper.reason.startswith("no spot and behind")
     assert banded.action is MarketAction.WAIT
     assert banded.within_band
-    assert 0 < behind <= band
+    # (behind by rounding alone is behind: progress < expected by an ulp can leave `behind` at 0.0)
+    assert 0 <= behind <= band
     hours_to_net = banded.hours_to_safety_net
     assert hours_to_net is not None
     assert hours_to_net > 0
