@@ -72,6 +72,8 @@ serializer was most of their cost)
   else, or an attribute value of a shape this does not know, takes moto's path.
 - `moto.core.responses.method_names_from_class`: remembered per class (`inspect.getmembers` over the
   whole response class at every request).
+- `moto.kms.models.generate_private_key`: a KMS key's RSA private key (which moto makes for every key, a
+  symmetric one too: 80 ms each, five per deploy) is generated at its first use (Sign, Verify, GetPublicKey).
 - `AttributePicker.__call__`: the keys the serializer's alias providers offer for a member are
   remembered per (object class and `Meta`, key, shape); a DescribeInstances asked them thousands of times.
   A picker's response transformers still apply to the value found, as moto applies them.
@@ -145,6 +147,7 @@ from moto.ec2.responses.instances import InstanceResponse
 from moto.ec2.responses.spot_instances import SpotInstances
 from moto.events.models import Archive, Rule
 from moto.events.models import Replay as EventsReplay
+from moto.kms import models as moto_kms_models
 from moto.kms.models import Key
 from moto.s3.models import FakeBucket
 from moto.sqs import models as moto_sqs_models
@@ -384,6 +387,18 @@ EXPECTED: tuple[Expected, ...] = (
         ("super()._serialize_type_structure(serialized, value, shape, key)",),
     ),
     Expected(moto_responses, "method_names_from_class", "(clazz: 'object') -> 'list[str]'"),
+    Expected(  # every KMS key, a symmetric one too, gets its signing key at its creation
+        moto_kms_models,
+        "generate_private_key",
+        "(key_spec: str) -> moto.kms.utils.AbstractPrivateKey",
+    ),
+    Expected(
+        Key,
+        "__init__",
+        "(self, policy: str | None, key_usage: str, key_spec: str, description: str, account_id: str, region: str, "
+        "multi_region: bool = False, origin: str = 'AWS_KMS')",
+        ("self.private_key = generate_private_key(self.key_spec)",),
+    ),
     Expected(  # the keys the picker tries depend on the object's class, the key and the shape only
         AttributePicker,
         "__call__",
@@ -1300,6 +1315,14 @@ def _patch_speed(patcher: _Patcher) -> None:
 
     patcher.replace(moto_responses, "method_names_from_class", method_names_from_class)
 
+    # moto makes an RSA-2048 private key (80 ms) for every KMS key it creates, a symmetric one too, for
+    # Sign/Verify/GetPublicKey: a deploy creates five (the stack's keys, DynamoDB's and EBS's default
+    # keys) and nothing here signs. Made at its first use instead
+    make_private_key = patcher.original(moto_kms_models, "generate_private_key")
+    patcher.replace(
+        moto_kms_models, "generate_private_key", lambda key_spec: _LazyPrivateKey(make_private_key, key_spec)
+    )
+
     # CloudFormation reads a template as YAML first, JSON only if that fails: JSON is YAML, so a synthesized
     # template (JSON, 300 KB) goes through PyYAML's pure-Python loader, most of every deploy. JSON first
     # for a document that is one: the same dict (tests/local/test_patches_speed.py compares them)
@@ -1400,6 +1423,22 @@ def _patch_speed(patcher: _Patcher) -> None:
 
     _patch_clients(patcher)
     _patch_dynamodb_query(patcher)
+
+
+class _LazyPrivateKey:
+    """A KMS key's private key, generated when the key first signs, verifies or gives its public key."""
+
+    def __init__(self, make: Callable[[str], Any], key_spec: str) -> None:
+        self._make = make
+        self._key_spec = key_spec
+        self._key: Any = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        with self._lock:
+            if self._key is None:
+                self._key = self._make(self._key_spec)
+        return getattr(self._key, name)
 
 
 class _SearchPaths(list[str]):

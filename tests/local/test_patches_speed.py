@@ -11,11 +11,14 @@ from typing import Any
 
 import boto3
 from boto3.dynamodb.types import Binary
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 from moto.core import responses as moto_responses
 from moto.core.serialize import BaseJSONSerializer
+from moto.kms.models import kms_backends as moto_kms_backends
 
 from spotrelay.local import patches
 
@@ -194,3 +197,39 @@ def test_ec2_answers_as_stock_moto_answers_with_its_response_transformers() -> N
     assert again == stock
     assert [i.get("InstanceLifecycle") for r in fast[0] for i in r["Instances"]] == [None, None, "spot"]
     assert isinstance(fast[3][0]["CreationDate"], str)
+
+
+def test_a_kms_key_makes_its_private_key_only_when_it_signs_and_signs_as_stock_moto_does() -> None:
+    with mock_aws():
+        kms = boto3.client("kms", region_name=REGION)
+        patcher = patches._Patcher()
+        patches._patch_speed(patcher)
+        try:
+            # Given keys created with the speed patches: a symmetric one (the stack's) and a signing one
+            symmetric = kms.create_key()["KeyMetadata"]["KeyId"]
+            signing = kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec="RSA_2048")["KeyMetadata"]["KeyId"]
+            backend = moto_kms_backends["123456789012"][REGION]
+            # Then neither has made its RSA key yet
+            assert not any(_made(k) for k in backend.keys.values())
+            # And the symmetric key encrypts and decrypts as ever
+            blob = kms.encrypt(KeyId=symmetric, Plaintext=b"checkpoint")["CiphertextBlob"]
+            assert kms.decrypt(CiphertextBlob=blob)["Plaintext"] == b"checkpoint"
+            # When the signing key signs, Then its signature verifies with its own public key
+            signature = kms.sign(KeyId=signing, Message=b"m", SigningAlgorithm="RSASSA_PSS_SHA_256")["Signature"]
+            verified = kms.verify(
+                KeyId=signing, Message=b"m", Signature=signature, SigningAlgorithm="RSASSA_PSS_SHA_256"
+            )
+            assert verified["SignatureValid"] is True
+            public = serialization.load_der_public_key(kms.get_public_key(KeyId=signing)["PublicKey"])
+            assert isinstance(public, rsa.RSAPublicKey)
+            assert public.key_size == 2048
+            assert _made(backend.keys[signing])
+            assert not _made(backend.keys[symmetric])
+        finally:
+            patcher.undo()
+
+
+def _made(key: Any) -> bool:
+    """Whether a KMS key's RSA private key exists (stock moto's always does)."""
+    private = key.private_key
+    return not isinstance(private, patches._LazyPrivateKey) or private._key is not None
