@@ -176,6 +176,7 @@ class VirtualClock:
         self._closed = False
         self._parked: set[_Turn] = set()  # turns whose threads wait for the baton
         self._threads: list[threading.Thread] = []  # the start_thread processes' threads
+        self._closable_threads: set[int] = set()  # their idents, while they run (ProcessEnded at close)
         self.wakeups = 0  # turns granted so far (a measure of work, for benchmarks)
 
     # --- reading -----------------------------------------------------------------------------------
@@ -339,12 +340,18 @@ class VirtualClock:
     def _block(self, *, name: str, deadline: datetime | None, event: VirtualEvent | None) -> bool:
         """The calling process gives the baton back until `deadline` or `event`; True if the event fired."""
         with self._cond:
+            # A start_thread process ends at any wait once the clock is closed, the waits of the cleanup
+            # it runs as it ends included (a `finally` that joins its other threads): such a wait would
+            # otherwise park for good, and `close` would wait out its join bound for the thread
+            closable = threading.get_ident() in self._closable_threads
+            if self._closed and closable:
+                raise ProcessEnded
             if event is not None and event._flag:
                 return True
             if deadline is not None and deadline <= self._now:
                 return False
             turn = _Turn(next(self._seq), name, _SLEEPING, deadline)
-            turn.closable = self._holder.closable if self._holder is not None else False
+            turn.closable = closable
             if event is not None:
                 turn.event = event
                 event._waiters.append(turn)
@@ -418,6 +425,9 @@ class ClockProcessThread:
         turn = clock.spawn(name, closable=True)
 
         def run() -> None:
+            ident = threading.get_ident()
+            with clock._cond:
+                clock._closable_threads.add(ident)
             try:
                 clock.begin(turn)
                 try:
@@ -427,6 +437,9 @@ class ClockProcessThread:
                     clock.end(turn)
             except ProcessEnded:
                 pass  # the clock closed while it waited: the simulation is over
+            finally:
+                with clock._cond:
+                    clock._closable_threads.discard(ident)
 
         self._thread = threading.Thread(target=run, name=name, daemon=True)
         with clock._cond:

@@ -168,6 +168,31 @@ def test_a_closed_clock_wakes_nobody() -> None:
     assert trace == []
 
 
+def test_a_thread_process_whose_cleanup_waits_on_the_clock_ends_when_the_clock_closes() -> None:
+    # Given a start_thread process (an agent) that, as it ends, waits on the clock once more: the join of
+    # its heartbeat thread in its `finally`, on an event nobody will set
+    clock = VirtualClock(START)
+    cleanup_began = threading.Event()
+    never = clock.event()
+
+    def agent() -> None:
+        try:
+            clock.sleep(60)
+        finally:
+            cleanup_began.set()
+            never.wait(timeout=30)
+
+    with clock.exclusive():
+        process_thread = clock.start_thread("agent", agent)
+    clock.advance_by(10)
+    # When the clock closes while it sleeps
+    clock.close()
+    # Then its cleanup ran and its thread ended: its last wait did not park it for a baton nobody gives
+    # (close would have waited out its join bound, and left the thread behind)
+    assert cleanup_began.is_set()
+    assert not process_thread._thread.is_alive()
+
+
 def test_the_wall_clock_runs_at_its_speed() -> None:
     clock = WallClock(START, speed=1000.0)
     event = clock.event()
