@@ -95,6 +95,12 @@ bench-place: $(STAMP)
 bench-replay: $(STAMP) node_modules $(TEMPLATE)
 	$(BIN)/python -m spotrelay.local.bench_replay
 
+## scenarios: every scenario of events/scenarios replayed (burst-50 included, which `make test` replays as
+## burst-12), with its replay speed; fails if an expectation or an invariant of any does
+.PHONY: scenarios
+scenarios: $(STAMP) node_modules $(TEMPLATE)
+	$(BIN)/python -m spotrelay.local.bench_replay events/scenarios/*.yaml
+
 ## load: 1,000 jobs submitted at once and 10,000 foreign EC2 events in an hour, replayed (spotrelay/local/load.py);
 ## fails if a job does not succeed, an invariant breaks, or admission leaves priority order or the quota
 LOAD_JOBS ?= 1000

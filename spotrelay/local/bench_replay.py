@@ -2,6 +2,9 @@
 
     python -m spotrelay.local.bench_replay [--repeat 1] [--calls] [SCENARIO.yaml ...]
 
+Exits 1 if a replay of any scenario fails (an expectation or an invariant): `make scenarios` replays
+every scenario of events/scenarios so.
+
 `--calls` also counts the AWS API calls of the last replay of each scenario and the wall time spent in
 them, by who made them: the worker agents (their threads) or the control plane and the replay.
 
@@ -84,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = args.scenarios or [REPO_ROOT / "events" / "scenarios" / f"{name}.yaml" for name in DEFAULT_SCENARIOS]
     header = ("scenario", "jobs", "sim h", "wall s", "sim h/s", "loop h/s", "lambdas", "ok")
     print(f"{header[0]:<24} " + " ".join(f"{h:>{w}}" for h, w in zip(header[1:], (4, 7, 7, 8, 9, 8, 3), strict=True)))
+    failed: list[str] = []
     for path in paths:
         scenario = load_scenario(path)
         runs = [replay(scenario) for _ in range(max(1, args.repeat) - (1 if args.calls else 0))]
@@ -100,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.calls:
             calls.print()
+        if not all(r.passed for r in runs):
+            failed.append(scenario.name)
+    if failed:
+        print(f"failed (an expectation or an invariant): {', '.join(failed)}; `spotrelay replay` on one says why")
+        return 1
     return 0
 
 
