@@ -151,6 +151,11 @@ class CancelSettings(TableSettings):
     dispatcher_function: str = Field(alias=ENV_DISPATCHER_FUNCTION, min_length=1)
 
 
+class ResumeSettings(TableSettings):
+    state_machine_arn: str = Field(alias=ENV_STATE_MACHINE_ARN, min_length=1)
+    dispatcher_function: str = Field(alias=ENV_DISPATCHER_FUNCTION, min_length=1)
+
+
 class VendSettings(TableSettings):
     worker_role_arn: str = Field(alias=ENV_WORKER_ROLE_ARN, min_length=1)
     job_role_arn: str = Field(alias=ENV_JOB_ROLE_ARN, min_length=1)
@@ -169,5 +174,6 @@ SETTINGS_BY_FUNCTION: dict[str, type[FunctionSettings]] = {
     "finalize": FinalizeSettings,
     "reconcile": ReconcileSettings,
     "cancel": CancelSettings,
+    "resume": ResumeSettings,
     "vend": VendSettings,
 }

@@ -53,6 +53,7 @@ FUNCTION_NAMES = (
     "finalize",
     "reconcile",
     "cancel",
+    "resume",
     "vend",
 )
 SERVICE_NAME = "spotrelay"
@@ -74,6 +75,7 @@ DESCRIPTIONS = {
     "finalize": "Terminates the worker, totals the cost, records the outcome, wakes the dispatcher",
     "reconcile": "Safety net: terminates orphaned instances, repairs stuck jobs and attempts",
     "cancel": "Stops a job wherever it is and terminates its instance",
+    "resume": "Queues a FAILED or CANCELLED job again, as a new run from its newest checkpoint",
     "vend": "Gives a worker instance's agent credentials for its own job only (token vending machine)",
 }
 

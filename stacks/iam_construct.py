@@ -1,4 +1,4 @@
-"""Least-privilege permissions of the eight functions, one policy per concern.
+"""Least-privilege permissions of the nine functions, one policy per concern.
 
 - Every function but vend: read/write its items in the table and the `gsi1` index (named actions, exact
   ARNs); vend: GetItem only (its sts:AssumeRole of JobRole is in `job_credentials_construct`).
@@ -12,9 +12,10 @@
 - finalize/reconcile/cancel (and launch, to undo a half-recorded launch): `ec2:TerminateInstances`
   only of instances tagged `spotrelay:managed=true`.
 - EC2 Describe* calls (no resource-level permissions exist for them): one read-only policy.
-- Step Functions: StartExecution on JobLifecycle; Describe/StopExecution on its executions; the
-  task-token calls for ec2_events/cancel/reconcile.
-- dispatcher: receive/delete on the job queue, send to the DLQ; finalize, cancel: invoke the dispatcher.
+- Step Functions: StartExecution on JobLifecycle; Describe/StopExecution on its executions (resume:
+  DescribeExecution only); the task-token calls for ec2_events/cancel/reconcile.
+- dispatcher: receive/delete on the job queue, send to the DLQ; finalize, cancel, resume: invoke the
+  dispatcher.
 No statement has a `*` action or a service-wide action wildcard.
 """
 
@@ -157,6 +158,15 @@ class FunctionPermissions(Construct):
             iam.PolicyStatement(actions=["states:ListExecutions"], resources=[state_machine_arn]),
         )
         self._policy(
+            "ReadExecutions",
+            ["resume"],  # a resumed job's previous run must have ended: resume only reads its execution
+            _acknowledged(
+                iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions]),
+                "Executions are named by job id, so their ARNs are only known per job: the resource is every "
+                "execution of this stack's JobLifecycle state machine, and of no other.",
+            ),
+        )
+        self._policy(
             "TaskTokenCallbacks",
             TASK_TOKEN_SENDERS,
             _acknowledged(
@@ -183,10 +193,10 @@ class FunctionPermissions(Construct):
             iam.PolicyStatement(actions=["kms:Decrypt"], resources=[bucket_key.key_arn]),
         )
 
-        # finalize and cancel wake the dispatcher when a job's slot frees up.
+        # finalize and cancel wake the dispatcher when a job's slot frees up, resume when a job is queued again.
         self._policy(
             "WakeDispatcher",
-            ["finalize", "cancel"],
+            ["finalize", "cancel", "resume"],
             iam.PolicyStatement(
                 actions=["lambda:InvokeFunction"], resources=[functions.functions["dispatcher"].function_arn]
             ),

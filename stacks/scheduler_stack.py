@@ -177,10 +177,11 @@ class SchedulerStack(Stack):
         CfnOutput(self, "BucketName", value=self.storage.bucket.bucket_name, description="Checkpoints and the agent")
         CfnOutput(self, "StateMachineArn", value=self.lifecycle.state_machine.state_machine_arn)
         CfnOutput(self, "LaunchTemplateId", value=self.worker.launch_template_id)
-        # What the user commands need (spotrelay/aws/stack.py): submit wakes the dispatcher, cancel invokes
-        # cancel, logs reads the agent log group
+        # What the user commands need (spotrelay/aws/stack.py): submit wakes the dispatcher, cancel and resume
+        # invoke their functions, logs reads the agent log group
         CfnOutput(self, "DispatcherFunctionName", value=functions["dispatcher"].function_name)
         CfnOutput(self, "CancelFunctionName", value=functions["cancel"].function_name)
+        CfnOutput(self, "ResumeFunctionName", value=functions["resume"].function_name)
         CfnOutput(self, "AgentLogGroupName", value=self.worker.log_group.log_group_name, description="spotrelay logs")
         # What the dispatcher admits (spotrelay.control.admission.AdmissionLimits, its fields): submit refuses
         # a job this stack could never run, rather than send it to be failed Unschedulable

@@ -150,6 +150,10 @@ class FakeJobStore(FaultInjection):
         self._maybe_fail("cancel_requested_before_admission")
         return job_id in self.early_cancels
 
+    def forget_cancel_before_admission(self, job_id: str) -> None:
+        self._maybe_fail("forget_cancel_before_admission")
+        self.early_cancels.discard(job_id)
+
     def put_instance_ref(self, ref: InstanceRef) -> None:
         self._maybe_fail("put_instance_ref")
         self.instance_refs[ref.instance_id] = ref
@@ -289,7 +293,7 @@ class FakeCompute(FaultInjection):
 
 @dataclass
 class FakeExecution:
-    job_id: str
+    job_id: str  # the execution's name: the job id, or `<job id>-run<n>` for a resumed run
     payload: dict[str, object]
     status: str = "RUNNING"
     stop_cause: str | None = None
@@ -315,11 +319,11 @@ class FakeWorkflow(FaultInjection):
     def open_task(self, task_token: str) -> None:
         self.open_tokens.add(task_token)
 
-    def start(self, job_id: str, payload: dict[str, object]) -> bool:
+    def start(self, execution: str, payload: dict[str, object]) -> bool:
         self._maybe_fail("start")
-        if job_id in self.executions:
+        if execution in self.executions:
             return False
-        self.executions[job_id] = FakeExecution(job_id=job_id, payload=dict(payload))
+        self.executions[execution] = FakeExecution(job_id=execution, payload=dict(payload))
         return True
 
     def succeed_task(self, task_token: str, output: dict[str, object]) -> bool:
@@ -338,17 +342,17 @@ class FakeWorkflow(FaultInjection):
         self.task_results.append(TaskResult(task_token=task_token, error=error, cause=cause))
         return True
 
-    def status(self, job_id: str) -> str | None:
+    def status(self, execution: str) -> str | None:
         self._maybe_fail("status")
-        execution = self.executions.get(job_id)
-        return None if execution is None else execution.status
+        found = self.executions.get(execution)
+        return None if found is None else found.status
 
-    def stop(self, job_id: str, cause: str) -> None:
+    def stop(self, execution: str, cause: str) -> None:
         self._maybe_fail("stop")
-        execution = self.executions.get(job_id)
-        if execution is not None and execution.status == "RUNNING":
-            execution.status = "ABORTED"
-            execution.stop_cause = cause
+        found = self.executions.get(execution)
+        if found is not None and found.status == "RUNNING":
+            found.status = "ABORTED"
+            found.stop_cause = cause
 
 
 # --- JobQueue ---------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ QUEUE_URL = "QueueUrl"
 TABLE_NAME = "TableName"
 DISPATCHER_FUNCTION = "DispatcherFunctionName"
 CANCEL_FUNCTION = "CancelFunctionName"
+RESUME_FUNCTION = "ResumeFunctionName"
 AGENT_LOG_GROUP = "AgentLogGroupName"
 ADMISSION_LIMITS = "AdmissionLimits"
 
@@ -388,8 +389,16 @@ class JobsClient:
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Run the stack's cancel function on the job and return what it answered. A job with no record yet
         (its message still in the queue) is cancelled when the dispatcher reads it (`before_admission`)."""
-        function = self.stack.output(CANCEL_FUNCTION)
-        _check_job_id(job_id)  # a typo would leave a note no message ever reads
+        return self._invoke(CANCEL_FUNCTION, job_id)  # (a typo would leave a note no message ever reads)
+
+    def resume(self, job_id: str) -> dict[str, Any]:
+        """Run the stack's resume function on the job (spotrelay.control.resume) and return what it answered:
+        `resumed`, `already` (a resumed run is live), or `refused` with the reason."""
+        return self._invoke(RESUME_FUNCTION, job_id)
+
+    def _invoke(self, output: str, job_id: str) -> dict[str, Any]:
+        function = self.stack.output(output)
+        _check_job_id(job_id)
         try:
             answer = self.lambda_.invoke(FunctionName=function, Payload=json.dumps({"job_id": job_id}).encode())
             payload = json.loads(answer["Payload"].read() or b"null")

@@ -526,6 +526,9 @@ class DynamoJobStore:
     def cancel_requested_before_admission(self, job_id: str) -> bool:
         return self._get(f"CANCEL#{job_id}", "CANCEL") is not None
 
+    def forget_cancel_before_admission(self, job_id: str) -> None:
+        self.client.delete_item(TableName=self.table_name, Key={"pk": _s(f"CANCEL#{job_id}"), "sk": _s("CANCEL")})
+
     def get_instance_ref(self, instance_id: str) -> InstanceRef | None:
         item = self._get(f"INSTANCE#{instance_id}", "INSTANCE")
         if item is None:

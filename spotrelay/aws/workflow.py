@@ -34,18 +34,18 @@ class StepFunctionsWorkflow:
         self.client = client
         self.state_machine_arn = state_machine_arn
 
-    def execution_arn(self, job_id: str) -> str:
-        return execution_arn(self.state_machine_arn, job_id)
+    def execution_arn(self, execution: str) -> str:
+        return execution_arn(self.state_machine_arn, execution)
 
-    def start(self, job_id: str, payload: dict[str, object]) -> bool:
+    def start(self, execution: str, payload: dict[str, object]) -> bool:
         # StartExecution is itself idempotent for a running execution with the same name and input:
         # it answers with the existing execution instead of an error. Ask first, so that a repeat
         # reads as "exists already"; ExecutionAlreadyExists covers a different input or a closed one.
-        if self.status(job_id) is not None:
+        if self.status(execution) is not None:
             return False
         try:
             self.client.start_execution(
-                stateMachineArn=self.state_machine_arn, name=job_id, input=json.dumps(payload, sort_keys=True)
+                stateMachineArn=self.state_machine_arn, name=execution, input=json.dumps(payload, sort_keys=True)
             )
         except ClientError as e:
             if _error_code(e) == "ExecutionAlreadyExists":
@@ -73,17 +73,17 @@ class StepFunctionsWorkflow:
             raise
         return True
 
-    def status(self, job_id: str) -> str | None:
+    def status(self, execution: str) -> str | None:
         try:
-            return self.client.describe_execution(executionArn=self.execution_arn(job_id))["status"]
+            return self.client.describe_execution(executionArn=self.execution_arn(execution))["status"]
         except ClientError as e:
             if _error_code(e) == NO_EXECUTION:
                 return None
             raise
 
-    def stop(self, job_id: str, cause: str) -> None:
+    def stop(self, execution: str, cause: str) -> None:
         try:
-            self.client.stop_execution(executionArn=self.execution_arn(job_id), cause=cause[:MAX_CAUSE_CHARS])
+            self.client.stop_execution(executionArn=self.execution_arn(execution), cause=cause[:MAX_CAUSE_CHARS])
         except ClientError as e:
             if _error_code(e) != NO_EXECUTION:
                 raise

@@ -49,6 +49,7 @@ app.command("logs")(jobs.logs_command)
 app.command("cost")(jobs.cost_command)
 app.command("wait")(jobs.wait_command)
 app.command("cancel")(jobs.cancel_command)
+app.command("resume")(jobs.resume_command)
 app.add_typer(admin.admin_app, name="admin")
 
 

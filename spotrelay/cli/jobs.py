@@ -695,6 +695,58 @@ def cancel_command(
         raise typer.Exit(code)
 
 
+def resume_command(
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB_ID", help="a FAILED or CANCELLED job")],
+    stack: StackOption = "SpotRelay",
+    region: RegionOption = None,
+    endpoint_url: EndpointOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON line per job")] = False,
+) -> None:
+    """Start FAILED or CANCELLED jobs again under the same ids, each from its newest committed checkpoint:
+    a new run of the job, admitted like a new submission (quota, budget, priority), its earlier attempts
+    and cost kept (`limits.max_total_cost` counts them; `max_interruptions` and `max_restarts` count the
+    new run's). A line per job; exit 2 if a job id is wrong, else 1 if one could not be resumed (the line
+    says why: it SUCCEEDED, is still running, or has spent its max_total_cost), 0 once each is queued."""
+    from spotrelay.aws.stack import USAGE, StackError
+
+    client = connect(stack, region, endpoint_url)
+    code = 0
+    for job_id in dict.fromkeys(job_ids):
+        try:
+            answer = client.resume(job_id)
+        except StackError as e:
+            code = max(code, e.code)
+            if as_json:
+                json_line({"job_id": job_id, "error": str(e)})
+            else:
+                err.print(f"error: {job_id} not resumed: {e}", markup=False, soft_wrap=True)
+            continue
+        if answer.get("refused"):
+            code = max(code, USAGE if answer.get("state") is None else 1)
+        if as_json:
+            json_line(answer)
+        elif answer.get("refused"):
+            err.print(f"error: {job_id} not resumed: {answer['refused']}", markup=False, soft_wrap=True)
+        else:
+            out.print(resumed_line(job_id, answer), markup=False, soft_wrap=True)
+    if code:
+        raise typer.Exit(code)
+
+
+def resumed_line(job_id: str, answer: Mapping[str, Any]) -> str:
+    """What the resume function did to the job, in words."""
+    checkpoint = answer.get("checkpoint")
+    start = (
+        f"from checkpoint {checkpoint} ({float(answer.get('work_done_hours') or 0):.2f} h of work done)"
+        if checkpoint
+        else "from the start (it has no checkpoint)"
+    )
+    cost = f"${float(answer.get('cost_usd') or 0):.2f} spent so far"
+    if answer.get("already"):
+        return f"{job_id} was resumed already: run {answer.get('run')}, {answer.get('state')}; {cost}"
+    return f"{job_id} QUEUED again as run {answer.get('run')}: it starts {start}; {cost}"
+
+
 def cancelled_line(job_id: str, answer: Mapping[str, Any]) -> str:
     """What the cancel function did to the job, in words."""
     if answer.get("already_ended"):
@@ -941,6 +993,11 @@ def describe_status(status: JobStatus, now: datetime, prices: PriceHistories | N
     job = status.job
     age = job.elapsed_hours(now)
     lines = [f"{job.job_id}  {job.state.value}  (submitted {job.submitted_at:%Y-%m-%d %H:%M} UTC, {age:.1f} h ago)"]
+    if job.run > 1 and job.resumed_at is not None:
+        lines.append(
+            f"  run {job.run}: resumed at {job.resumed_at:%Y-%m-%d %H:%M} UTC (`spotrelay resume`); the attempts "
+            "and cost below count every run"
+        )
     live = status.live_attempt
     if live is not None:
         instance = live.instance_id or "no instance yet"

@@ -87,8 +87,8 @@ def cancel_job(
     final, _ = update_job(store, job_id, change)
     for token in tokens:
         workflow.fail_task(token, ERROR_CANCELLED, "cancelled by the user")
-    if workflow.status(job_id) == "RUNNING":
-        workflow.stop(job_id, "cancelled by the user")
+    if workflow.status(final.execution_name) == "RUNNING":
+        workflow.stop(final.execution_name, "cancelled by the user")
     wakeup.wake_dispatcher(f"job {job_id} cancelled")  # its slot is free for the next queued job
     return CancelResult(job_id=job_id, state=final.state, terminated=terminated, already_ended=False)
 

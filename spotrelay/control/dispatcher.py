@@ -338,7 +338,7 @@ def dispatch(
             # Again here: a run that stopped between recording the job and reading the note left it QUEUED
             if _cancel_if_noted(store, job.job_id, clock.now()):
                 continue
-            workflow.start(job.job_id, {"job_id": job.job_id, "heartbeat_seconds": heartbeat_seconds})
+            workflow.start(job.execution_name, {"job_id": job.job_id, "heartbeat_seconds": heartbeat_seconds})
             update_job(store, job.job_id, _mark_admitted(clock))
         except _JOB_RECORD_ERRORS as e:
             admission_errors[job.job_id] = _admission_error(job.job_id, "admit", e)

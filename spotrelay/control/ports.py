@@ -116,6 +116,9 @@ class JobStore(Protocol):
     def cancel_requested_before_admission(self, job_id: str) -> bool:
         """Whether `request_cancel_before_admission` was called for the job (a consistent read)."""
 
+    def forget_cancel_before_admission(self, job_id: str) -> None:
+        """Remove that note (a resumed job must not be cancelled again by it); no note is no error."""
+
     def active_jobs(self) -> list[Job]:
         """Admitted jobs that are not in a terminal state."""
 
@@ -223,8 +226,9 @@ class Compute(Protocol):
 class Workflow(Protocol):
     """Step Functions: the JobLifecycle executions and their task tokens."""
 
-    def start(self, job_id: str, payload: dict[str, object]) -> bool:
-        """Start the execution named `job_id`; False if it exists already (idempotent)."""
+    def start(self, execution: str, payload: dict[str, object]) -> bool:
+        """Start the execution named `execution` (a job's run: `Job.execution_name`); False if it exists
+        already (idempotent)."""
 
     def succeed_task(self, task_token: str, output: dict[str, object]) -> bool:
         """False if the token is no longer open (already closed, timed out)."""
@@ -232,10 +236,10 @@ class Workflow(Protocol):
     def fail_task(self, task_token: str, error: str, cause: str) -> bool:
         """False if the token is no longer open."""
 
-    def status(self, job_id: str) -> str | None:
-        """RUNNING | SUCCEEDED | FAILED | TIMED_OUT | ABORTED, or None if there is no execution."""
+    def status(self, execution: str) -> str | None:
+        """The named execution's RUNNING | SUCCEEDED | FAILED | TIMED_OUT | ABORTED, or None if there is none."""
 
-    def stop(self, job_id: str, cause: str) -> None: ...
+    def stop(self, execution: str, cause: str) -> None: ...
 
 
 class QueueMessage(BaseModel):

@@ -176,9 +176,9 @@ def reconcile(
     restarted: list[str] = []
     moves = _Moves()
     for job in active:
-        status = workflow.status(job.job_id)
+        status = workflow.status(job.execution_name)
         if status is None:
-            workflow.start(job.job_id, {"job_id": job.job_id, "heartbeat_seconds": heartbeat_seconds})
+            workflow.start(job.execution_name, {"job_id": job.job_id, "heartbeat_seconds": heartbeat_seconds})
             restarted.append(job.job_id)
             continue
         if status != "RUNNING":

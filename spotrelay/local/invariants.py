@@ -109,7 +109,7 @@ class Observed:
     attempts: Mapping[str, Sequence[Attempt]]  # by job id, in attempt order
     pointers: Mapping[str, CheckpointPointer]  # by job id
     instances: Sequence[InstanceView]  # pending or running
-    executions: Mapping[str, str]  # execution name (the job id) -> status
+    executions: Mapping[str, str]  # execution name (`Job.execution_name`) -> status
     unreadable: Sequence[UnreadableRecord] = ()
 
 
@@ -125,7 +125,8 @@ class Snapshot:
     unreadable: Sequence[UnreadableRecord] = ()
     commits: Sequence[CommittedCheckpoint] = ()  # every checkpoint committed so far
     starts: Sequence[JobStart] = ()  # every start of the job by an agent so far
-    first_terminal: Mapping[str, JobState] = field(default_factory=dict)  # the terminal state each job reached
+    # the terminal state each job reached, with the run it ended (`spotrelay resume` starts a new run)
+    first_terminal: Mapping[str, tuple[int, JobState]] = field(default_factory=dict)
     finished: bool = False  # the end of a replay in which every job ended
     final: bool = False  # the end of the replay, every job ended or not
     submitted: Mapping[str, datetime] = field(default_factory=dict)  # job id -> when SQS accepted its message
@@ -188,14 +189,15 @@ def check_outcomes(s: Snapshot) -> list[Violation]:
                 )
     for job_id, job in sorted(s.jobs.items()):
         first = s.first_terminal.get(job_id)
-        if first is not None and job.state is not first:
-            found.append(Violation("terminal-state-changed", job_id, f"ended {first}, now {job.state}", s.now))
+        if first is not None and (job.run < first[0] or (job.run == first[0] and job.state is not first[1])):
+            ended = f"run {first[0]} ended {first[1]}, now run {job.run} {job.state}"
+            found.append(Violation("terminal-state-changed", job_id, ended, s.now))
         if job.state.is_terminal:
             if job.state is not JobState.SUCCEEDED and not job.failure_reason:
                 found.append(Violation("no-failure-reason", job_id, f"{job.state} without a failure_reason", s.now))
         elif s.finished:
             found.append(Violation("unfinished", job_id, f"{job.state} at the end of the replay", s.now))
-        elif job.state is not JobState.QUEUED and (status := s.executions.get(job_id)) != "RUNNING":
+        elif job.state is not JobState.QUEUED and (status := s.executions.get(job.execution_name)) != "RUNNING":
             found.append(
                 Violation("not-progressing", job_id, f"{job.state}, its execution {status or 'missing'}", s.now)
             )
@@ -584,7 +586,7 @@ class InvariantMonitor:
         self.checked = 0
         self.violations: list[Violation] = []
         self._seen: set[tuple[str, str | None, str | None, int | None, str]] = set()
-        self._first_terminal: dict[str, JobState] = {}
+        self._first_terminal: dict[str, tuple[int, JobState]] = {}
         self._commits: dict[tuple[str, int, int], CommittedCheckpoint] = {}
         self._starts: list[JobStart] = []
         self._read: dict[str, int] = {}  # instance id -> agent events taken
@@ -651,8 +653,9 @@ class InvariantMonitor:
         self.violations.extend(new)
         self.checked += 1
         for job_id, job in observed.jobs.items():
-            if job.state.is_terminal:
-                self._first_terminal.setdefault(job_id, job.state)
+            known = self._first_terminal.get(job_id)
+            if job.state.is_terminal and (known is None or known[0] < job.run):
+                self._first_terminal[job_id] = (job.run, job.state)
         return new
 
 

@@ -200,7 +200,14 @@ def describe(served: ServedStack) -> list[str]:
         f"  spotrelay submit events/jobs/tiny-train.yaml{_stack_option(stack.stack_name)}   # prints the job's id",
         *(
             f"  spotrelay {command}{_stack_option(stack.stack_name)}"
-            for command in ("status JOB_ID", "logs -f JOB_ID", "ls --all", "cost JOB_ID", "cancel JOB_ID")
+            for command in (
+                "status JOB_ID",
+                "logs -f JOB_ID",
+                "ls --all",
+                "cost JOB_ID",
+                "cancel JOB_ID",
+                "resume JOB_ID",
+            )
         ),
         *(
             [

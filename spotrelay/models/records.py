@@ -145,6 +145,11 @@ class PlannedPool(BaseModel):
     relative_speed: float = Field(gt=0)
 
 
+# A job runs at most this many times (its first run and its resumes): `<job id>-run999` is 80 characters,
+# the longest name Step Functions takes for an execution.
+MAX_RUNS: Final = 999
+
+
 class Job(BaseModel):
     """A submitted job and where it stands."""
 
@@ -173,6 +178,17 @@ class Job(BaseModel):
     last_recovery: dict[str, Any] | None = Field(default=None, description="what that recovery decided")
     cancel_requested: bool = False
     ended_at: AwareDatetime | None = None
+    run: int = Field(
+        default=1, ge=1, le=MAX_RUNS, description="1, and one more each time `spotrelay resume` starts it again"
+    )
+    resumed_at: AwareDatetime | None = Field(default=None, description="when the latest run was resumed")
+
+    @property
+    def execution_name(self) -> str:
+        """The name of this run's Step Functions execution: the job id, then `<job id>-run<n>` for a resumed
+        run (at most 80 characters: a job id has at most 73, and ends in 12 hex digits, so no other
+        job's id is ever one of these)."""
+        return self.job_id if self.run == 1 else f"{self.job_id}-run{self.run}"
 
     def remaining_work_hours(self) -> float | None:
         """Reference-GPU hours still to do, if the spec gives `work_hours`."""

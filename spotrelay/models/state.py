@@ -34,10 +34,15 @@ _ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.RECOVERING, JobState.PLACING}),
     JobState.RECOVERING: frozenset({JobState.PLACING}),
 }
-# Any live job can fail or be cancelled; nothing leaves a terminal state.
+# Any live job can fail or be cancelled; nothing leaves a terminal state but `resume` (below).
 for _state in JobState:
     if not _state.is_terminal:
         _ALLOWED[_state] = _ALLOWED[_state] | {JobState.FAILED, JobState.CANCELLED}
+
+# `spotrelay resume` queues a FAILED or CANCELLED job again, as a new run of it (spotrelay.control.resume):
+# the one way out of a terminal state, and never through `ensure_transition`, so that no late or repeated
+# event can revive an ended job. A SUCCEEDED job has nothing left to do.
+RESUMABLE_STATES = frozenset({JobState.FAILED, JobState.CANCELLED})
 
 
 class InvalidTransition(ValueError):

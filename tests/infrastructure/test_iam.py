@@ -142,6 +142,9 @@ def test_executions_and_task_tokens_go_to_the_functions_that_need_them(
     assert holders("sqs:SendMessage") == roles("dispatcher", "ec2_events")  # ec2_events: Lambda's DLQ (its role)
     [wake] = [s for s in allows if "lambda:InvokeFunction" in s.actions and _role(synthesized, "finalize") in s.roles]
     assert wake.resources == (f"<{synthesized.function_ids()['dispatcher']}.Arn>",)
+    assert set(wake.roles) == roles("finalize", "cancel", "resume")
+    # resume reads the previous run's execution, and may neither stop nor start one (the dispatcher starts it)
+    assert _role(synthesized, "resume") in holders("states:DescribeExecution")
 
 
 def test_dispatcher_sends_only_to_the_dlq(synthesized: Synthesized, allows: list[Statement]) -> None:

@@ -261,9 +261,15 @@ def test_dashboard_and_outputs_exist(synthesized: Synthesized) -> None:
     assert render(outputs["StateMachineArn"]["Value"]) == (
         f"<{synthesized.logical_id(synthesized.stack.lifecycle.state_machine)}>"
     )
-    # what `spotrelay submit` and `spotrelay cancel` invoke (spotrelay/aws/stack.py reads these keys)
+    # what `spotrelay submit`, `spotrelay cancel` and `spotrelay resume` invoke (spotrelay/aws/stack.py reads
+    # these keys)
     functions = synthesized.stack.functions.functions
-    for output, function in (("DispatcherFunctionName", "dispatcher"), ("CancelFunctionName", "cancel")):
+    invoked = (
+        ("DispatcherFunctionName", "dispatcher"),
+        ("CancelFunctionName", "cancel"),
+        ("ResumeFunctionName", "resume"),
+    )
+    for output, function in invoked:
         assert render(outputs[output]["Value"]) == f"<{synthesized.logical_id(functions[function])}>"
     assert (
         render(outputs["AgentLogGroupName"]["Value"])

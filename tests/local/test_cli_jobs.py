@@ -97,6 +97,46 @@ def test_cancel_terminates_the_instance_and_ls_keeps_the_job_under_all(
     assert [(j["job_id"], j["state"]) for j in listed] == [(job_id, "CANCELLED")]
 
 
+def test_resume_starts_a_cancelled_job_again_under_its_id_as_a_new_run(
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path
+) -> None:
+    # Given a job the user cancelled on its first instance
+    job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    (first,) = runtime.market_launches()
+    assert run(clock, "cancel", job_id).exit_code == 0
+    # When the user resumes it
+    clock.advance_by(600)
+    result = run(clock, "resume", job_id)
+    # Then it is queued again as run 2 (from the start: it never checkpointed), and the dispatcher it woke
+    # admitted it under a new execution, which launched a new instance for attempt 2
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().startswith(f"{job_id} QUEUED again as run 2: it starts from the start")
+    first_launch, second = runtime.market_launches()
+    assert first_launch.instance_id == first.instance_id
+    assert second.tags[TAG_JOB_ID] == job_id
+    status = json.loads(run(clock, "status", job_id, "--json").stdout)
+    assert (status["job"]["state"], status["job"]["run"]) == ("LAUNCHING", 2)
+    assert [(a["attempt"], a["outcome"]) for a in status["attempts"]] == [(1, "CANCELLED"), (2, None)]
+    assert status["attempts"][1]["instance_id"] == second.instance_id
+    executions = runtime.sfn.list_executions(stateMachineArn=deployed(runtime).state_machine_arn)["executions"]
+    assert {e["name"]: e["status"] for e in executions}[f"{job_id}-run2"] == "RUNNING"
+    assert (
+        f"run 2: resumed at {START + timedelta(seconds=600):%Y-%m-%d %H:%M} UTC" in run(clock, "status", job_id).stdout
+    )
+    # And resuming it again changes nothing and says so; a live job that was never resumed is refused
+    again = run(clock, "resume", job_id)
+    assert again.exit_code == 0, again.output
+    assert again.stdout.strip().startswith(f"{job_id} was resumed already: run 2, LAUNCHING")
+    other = submit(clock, events_dir / "jobs" / "resnet50.yaml")
+    refused = run(clock, "resume", other)
+    assert refused.exit_code == 1
+    assert f"error: {other} not resumed: it is LAUNCHING: only a FAILED or CANCELLED job resumes" in refused.stderr
+    # And a job id that cannot be one is a usage error
+    wrong = run(clock, "resume", "not-a-job")
+    assert wrong.exit_code == 2
+    assert "a job id ends in - and 12 hex digits" in wrong.stderr
+
+
 def test_status_of_a_waiting_job_says_why_and_until_when(
     runtime: LocalRuntime, clock: VirtualClock, tmp_path: Path
 ) -> None:

@@ -113,10 +113,15 @@ def test_a_failed_job_needs_a_reason_and_a_terminal_state_is_kept() -> None:
     (no_reason,) = check_invariants(snapshot([job(state=JobState.CANCELLED, ended_at=T0)]))
     assert (no_reason.kind, no_reason.job_id) == ("no-failure-reason", "train-1")
     # Given a job seen SUCCEEDED earlier in the replay, now FAILED: it reached two terminal states
-    (changed,) = check_invariants(snapshot([ended], first_terminal={"train-1": JobState.SUCCEEDED}))
+    (changed,) = check_invariants(snapshot([ended], first_terminal={"train-1": (1, JobState.SUCCEEDED)}))
     assert changed.kind == "terminal-state-changed"
     assert "SUCCEEDED" in changed.detail
     assert "FAILED" in changed.detail
+    # And a job queued again after it FAILED breaks the rule, unless it is a new run of it (`spotrelay resume`)
+    failed_once = {"train-1": (1, JobState.FAILED)}
+    (revived,) = check_invariants(snapshot([job(state=JobState.QUEUED)], first_terminal=failed_once))
+    assert revived.kind == "terminal-state-changed"
+    assert check_invariants(snapshot([job(state=JobState.QUEUED, run=2)], first_terminal=failed_once)) == []
 
 
 def test_at_the_end_of_a_finished_replay_every_job_is_terminal() -> None:

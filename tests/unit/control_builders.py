@@ -31,6 +31,7 @@ from spotrelay.control.lifecycle import (
 )
 from spotrelay.control.ports import CheckpointPointer
 from spotrelay.control.reconcile import ReconcileReport, reconcile
+from spotrelay.control.resume import ResumeResult, resume_job
 from spotrelay.models import Attempt, Job, JobSpec, JobState, Pool, parse_job_spec
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)  # FakeClock's start
@@ -195,6 +196,9 @@ class World:
         return cancel_job(
             job_id, store=self.store, compute=self.compute, workflow=self.workflow, clock=self.clock, wakeup=self.wakeup
         )
+
+    def resume(self, job_id: str = "train-1") -> ResumeResult:
+        return resume_job(job_id, store=self.store, workflow=self.workflow, clock=self.clock, wakeup=self.wakeup)
 
     def reconcile(self) -> ReconcileReport:
         return reconcile(

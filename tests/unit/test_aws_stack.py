@@ -84,6 +84,9 @@ def test_a_stack_deployed_before_an_output_existed_serves_the_commands_that_do_n
         "stack SpotRelay has no output CancelFunctionName: deploy this version of spotrelay (cdk deploy)"
     )
     assert raised.value.code == USAGE
+    # and so does resume, on a stack deployed before it existed
+    with pytest.raises(StackError, match=r"^stack SpotRelay has no output ResumeFunctionName: deploy this version"):
+        client(older).resume("train-0123456789ab")
 
 
 def test_a_stack_that_rolled_back_says_so() -> None:
