@@ -4,7 +4,7 @@ committed checkpoint, its earlier attempts and cost kept; everything else refuse
 from __future__ import annotations
 
 import pytest
-from control_builders import World, error
+from control_builders import World
 
 from spotrelay.models import AttemptOutcome, JobState
 from spotrelay.models.records import MAX_RUNS
