@@ -744,7 +744,8 @@ def resumed_line(job_id: str, answer: Mapping[str, Any]) -> str:
     cost = f"${float(answer.get('cost_usd') or 0):.2f} spent so far"
     if answer.get("already"):
         return f"{job_id} was resumed already: run {answer.get('run')}, {answer.get('state')}; {cost}"
-    return f"{job_id} QUEUED again as run {answer.get('run')}: it starts {start}; {cost}"
+    notes = "".join(f"\n  note: {note}" for note in answer.get("notes") or [])
+    return f"{job_id} QUEUED again as run {answer.get('run')}: it starts {start}; {cost}{notes}"
 
 
 def cancelled_line(job_id: str, answer: Mapping[str, Any]) -> str:
@@ -994,9 +995,10 @@ def describe_status(status: JobStatus, now: datetime, prices: PriceHistories | N
     age = job.elapsed_hours(now)
     lines = [f"{job.job_id}  {job.state.value}  (submitted {job.submitted_at:%Y-%m-%d %H:%M} UTC, {age:.1f} h ago)"]
     if job.run > 1 and job.resumed_at is not None:
+        before = f" after {job.previous_failure_reason}" if job.previous_failure_reason else ""
         lines.append(
-            f"  run {job.run}: resumed at {job.resumed_at:%Y-%m-%d %H:%M} UTC (`spotrelay resume`); the attempts "
-            "and cost below count every run"
+            f"  run {job.run}: resumed at {job.resumed_at:%Y-%m-%d %H:%M} UTC{before}; the attempts, cost and lost "
+            "work below count every run, the interruptions this run's"
         )
     live = status.live_attempt
     if live is not None:

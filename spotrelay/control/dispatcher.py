@@ -64,6 +64,7 @@ logger = logging.getLogger(__name__)
 
 MAX_MESSAGES_PER_RUN = 100
 INVALID_JOB = "InvalidJob"  # the failure reason's prefix of a message that is no valid job
+UNSCHEDULABLE = "Unschedulable"  # the failure reason's prefix of a job no type of the stack fits
 # Each run reads at most this many queued jobs, the head of the queue in admission order (the index is sorted
 # by it): a run's work is bounded by it and MAX_MESSAGES_PER_RUN, whatever the depth of the queue, and a job
 # further back is considered once those ahead of it move. Backfill (a job that fits behind one that does
@@ -439,7 +440,7 @@ def _mark_impossible(reason: str, clock: Clock) -> Callable[[Job], None]:
     def change(job: Job) -> None:
         if job.state is JobState.QUEUED:
             job.state = ensure_transition(job.state, JobState.FAILED)
-            job.failure_reason = f"Unschedulable: {reason}"
+            job.failure_reason = f"{UNSCHEDULABLE}: {reason}"
             job.updated_at = job.ended_at = clock.now()
 
     return change

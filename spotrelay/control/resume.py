@@ -6,15 +6,23 @@ concurrency, its priority, then its age: it keeps its submission time). The disp
 run's execution, named `<job id>-run<n>` (`Job.execution_name`); Place and Launch go on from the job's
 checkpoint pointer and its attempt count, so the new run's first attempt restores the newest committed
 checkpoint and is numbered after the earlier ones. What the earlier runs did stays: their attempts, their
-cost (`cost_usd` keeps counting, so `limits.max_total_cost` spans every run), their lost work. What
-starts afresh is what a run is allowed: `limits.max_interruptions` and `limits.max_restarts` count this
-run's interruptions and restarts. `limits.deadline_hours` still counts from the submission.
+cost (`cost_usd` keeps counting, so `limits.max_total_cost` spans every run), their lost work, and why the
+last one ended (`previous_failure_reason`). What starts afresh is what a run is allowed:
+`limits.max_interruptions` and `limits.max_restarts` count this run's interruptions and restarts.
+`limits.deadline_hours` still counts from the submission: a resumed job whose deadline has passed runs as
+a job behind schedule does (on-demand where allowed, Uniform Progress's rule 1), and the answer says so.
 
-Refused, with the reason: a job that SUCCEEDED (nothing left to do), one that is still live (unless it is
-a resumed run already: a repeated resume answers what the first did), a message that was never a valid
-job (its record holds no spec to run), a job whose cost has reached its `max_total_cost`, one whose
-previous run's execution is still ending (Finalize has not run yet: try again in a minute), and one
-resumed `MAX_RUNS - 1` times already.
+Refused, with the reason: a job that SUCCEEDED (nothing left to do); one that is still live (unless it is
+a resumed run already: a repeated resume answers what the first did); a message that was never a valid
+job (its record holds no spec to run); one that failed Unschedulable (no type of the stack fits it: it
+would fail again at admission) or CheckpointCorrupt (its newest checkpoint failed verification: the new
+run would restore it again); a job whose cost has reached its `max_total_cost`; one resumed
+`MAX_RUNS - 1` times already; and one whose previous run is still ending: its execution still RUNNING, or
+stopped or timed out less than RESUME_SETTLE_SECONDS after the job ended. Stopping an execution (what
+cancel does) does not stop a step Lambda it had invoked: that step runs on for up to its function's
+timeout, and would write onto the new run (a late Finalize would end it CANCELLED, a late Place would take
+it out of the queue). Once the settle time has passed since the job ended, no step of the old run runs;
+an execution that ended SUCCEEDED or FAILED has none left running at all.
 
 Order of writes: a cancel note left before admission (`request_cancel_before_admission`) would make the
 dispatcher cancel the resumed job at once, so it is removed first; then the job record is written
@@ -24,14 +32,25 @@ then the dispatcher is woken.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from datetime import datetime, timedelta
 
-from spotrelay.control.dispatcher import INVALID_JOB
+from pydantic import BaseModel, ConfigDict, Field
+
+from spotrelay.config import ERROR_CHECKPOINT_CORRUPT
+from spotrelay.control.dispatcher import INVALID_JOB, UNSCHEDULABLE
 from spotrelay.control.jobs import update_job
 from spotrelay.control.ports import Clock, JobStore, NotFoundError, Wakeup, Workflow
 from spotrelay.models import Job, JobState
 from spotrelay.models.records import MAX_RUNS
 from spotrelay.models.state import RESUMABLE_STATES
+
+# How long after a run ended (the job's `ended_at`) a step Lambda it invoked may still be running: above the
+# longest timeout of the lifecycle's step functions (60 s, stacks/functions_construct.py DEFAULT_TIMEOUT;
+# tests/infrastructure/test_functions.py holds them below it), with room for the stop that follows the end.
+RESUME_SETTLE_SECONDS = 120
+# Executions that end with a step perhaps still running: stopped (cancel, reconcile) or timed out. One that
+# ended SUCCEEDED or FAILED reached its last state, every step it invoked returned.
+CUT_SHORT = frozenset({"ABORTED", "TIMED_OUT"})
 
 
 class ResumeResult(BaseModel):
@@ -46,6 +65,7 @@ class ResumeResult(BaseModel):
     checkpoint: str | None = None  # what the new run restores: "attempt 2, seq 5"; None: it starts afresh
     work_done_hours: float = 0.0
     cost_usd: float = 0.0
+    notes: list[str] = Field(default_factory=list)  # what the user should know of the new run
 
 
 class _Refused(Exception):
@@ -56,22 +76,30 @@ def resume_job(job_id: str, *, store: JobStore, workflow: Workflow, clock: Clock
     try:
         job, _ = store.get_job(job_id)
     except NotFoundError:
-        return ResumeResult(job_id=job_id, state=None, refused=f"no job {job_id} (check the id `spotrelay ls` shows)")
+        return ResumeResult(
+            job_id=job_id,
+            state=None,
+            refused=(
+                f"no record of job {job_id}: check the id (`spotrelay ls --all`); a job submitted a moment ago "
+                "is recorded when the dispatcher reads its message"
+            ),
+        )
+    now = clock.now()
     if job.state not in RESUMABLE_STATES:
         if not job.state.is_terminal and job.resumed_at is not None:
-            return _answer(job, store, already=True)
-        return _answer(job, store, refused=_why_not(job))
+            return _answer(job, store, now, already=True)
+        return _answer(job, store, now, refused=_why_not(job))
     try:
-        _check_resumable(job, workflow)
+        _check_resumable(job, workflow, now)
     except _Refused as e:
-        return _answer(job, store, refused=str(e))
+        return _answer(job, store, now, refused=str(e))
     store.forget_cancel_before_admission(job_id)
-    now = clock.now()
 
     def change(fresh: Job) -> bool:
         if fresh.state not in RESUMABLE_STATES:  # resumed (or changed) meanwhile: nothing more to do here
             return False
-        _check_resumable(fresh, workflow)
+        _check_resumable(fresh, workflow, now)
+        fresh.previous_failure_reason = f"run {fresh.run} ended {fresh.state}: {fresh.failure_reason or 'no reason'}"
         fresh.state = JobState.QUEUED  # the one way out of a terminal state (spotrelay.models.state)
         fresh.run += 1
         fresh.resumed_at = fresh.updated_at = now
@@ -84,16 +112,18 @@ def resume_job(job_id: str, *, store: JobStore, workflow: Workflow, clock: Clock
         fresh.waiting_reason = None
         fresh.placement = ()
         fresh.preferred_pool = None
+        fresh.last_recovery = None  # the last run's (`last_recovered_attempt` stays: attempts go on numbering)
         return True
 
     try:
         final, resumed = update_job(store, job_id, change)
     except _Refused as e:
-        return _answer(store.get_job(job_id)[0], store, refused=str(e))
+        return _answer(store.get_job(job_id)[0], store, now, refused=str(e))
     if not resumed:
-        return _answer(final, store, already=final.resumed_at is not None and not final.state.is_terminal)
+        already = final.resumed_at is not None and not final.state.is_terminal
+        return _answer(final, store, now, already=already)
     wakeup.wake_dispatcher(f"job {job_id} resumed (run {final.run})")
-    return _answer(final, store, resumed=True)
+    return _answer(final, store, now, resumed=True)
 
 
 def _why_not(job: Job) -> str:
@@ -102,10 +132,17 @@ def _why_not(job: Job) -> str:
     return f"it is {job.state}: only a FAILED or CANCELLED job resumes (`spotrelay cancel` it first to restart it)"
 
 
-def _check_resumable(job: Job, workflow: Workflow) -> None:
+def _check_resumable(job: Job, workflow: Workflow, now: datetime) -> None:
     """Raise _Refused, saying why, for an ended job that cannot run again now."""
-    if (job.failure_reason or "").startswith(INVALID_JOB):
+    reason = job.failure_reason or ""
+    if reason.startswith(INVALID_JOB):
         raise _Refused("its message was never a valid job, so there is nothing to run: submit a corrected job file")
+    if reason.startswith(UNSCHEDULABLE):
+        raise _Refused(f"it failed {reason}: it would fail so again (submit it with resources this stack has)")
+    if reason.startswith(ERROR_CHECKPOINT_CORRUPT):
+        raise _Refused(
+            f"it failed {reason}: a new run would restore the same checkpoint (submit it again to start afresh)"
+        )
     limit = job.spec.limits.max_total_cost
     if limit is not None and job.cost_usd >= limit:
         raise _Refused(
@@ -119,12 +156,31 @@ def _check_resumable(job: Job, workflow: Workflow) -> None:
         raise _Refused(
             f"its run {job.run} is still ending (execution {job.execution_name} RUNNING): try again in a minute"
         )
+    settled = job.ended_at + timedelta(seconds=RESUME_SETTLE_SECONDS) if job.ended_at is not None else None
+    if status in CUT_SHORT and settled is not None and now < settled:
+        raise _Refused(
+            f"its run {job.run} is still ending (ended at {job.ended_at:%H:%M:%S} UTC; a step it started may still "
+            f"be running): try again after {settled:%H:%M:%S} UTC"
+        )
 
 
 def _answer(
-    job: Job, store: JobStore, *, resumed: bool = False, already: bool = False, refused: str | None = None
+    job: Job,
+    store: JobStore,
+    now: datetime,
+    *,
+    resumed: bool = False,
+    already: bool = False,
+    refused: str | None = None,
 ) -> ResumeResult:
     pointer = store.get_checkpoint(job.job_id)
+    notes: list[str] = []
+    deadline = job.spec.limits.deadline_hours
+    if resumed and deadline is not None and job.elapsed_hours(now) >= deadline:
+        notes.append(
+            f"its deadline (limits.deadline_hours {deadline:g}, from its submission) has passed: it runs as a job "
+            "behind schedule does, on on-demand where its limits allow it"
+        )
     return ResumeResult(
         job_id=job.job_id,
         state=job.state,
@@ -135,4 +191,5 @@ def _answer(
         checkpoint=None if pointer is None else f"attempt {pointer.attempt}, seq {pointer.seq}",
         work_done_hours=job.work_done_hours,
         cost_usd=job.cost_usd,
+        notes=notes,
     )

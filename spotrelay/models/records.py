@@ -182,6 +182,9 @@ class Job(BaseModel):
         default=1, ge=1, le=MAX_RUNS, description="1, and one more each time `spotrelay resume` starts it again"
     )
     resumed_at: AwareDatetime | None = Field(default=None, description="when the latest run was resumed")
+    previous_failure_reason: str | None = Field(
+        default=None, description="how the run before this one ended (`run 1 ended FAILED: ...`), once resumed"
+    )
 
     @property
     def execution_name(self) -> str:

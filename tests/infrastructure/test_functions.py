@@ -13,6 +13,7 @@ from infrastructure import REPO_ROOT
 from infrastructure.synth import Synthesized, render
 from spotrelay.config import ENV_STATE_MACHINE_ARN, ENV_SUBNETS, SETTINGS_BY_FUNCTION, DispatcherSettings
 from spotrelay.control.admission import AdmissionLimits
+from spotrelay.control.resume import RESUME_SETTLE_SECONDS
 from stacks.config import DEFAULT_POWERTOOLS_LAYER_ARN
 from stacks.functions_construct import FUNCTION_NAMES, POWERTOOLS_KEYS
 
@@ -51,6 +52,10 @@ def test_timeouts_and_concurrency(synthesized: Synthesized) -> None:
     assert {name: f["Timeout"] for name, f in functions.items()} == {
         name: 120 if name in ("dispatcher", "reconcile") else 60 for name in FUNCTION_NAMES
     }
+    # A step of a stopped execution runs out within its timeout: resume waits longer than any after a run ends
+    # (the dispatcher and reconcile are no steps of an execution)
+    steps = {name: f["Timeout"] for name, f in functions.items() if name not in ("dispatcher", "reconcile")}
+    assert max(steps.values()) < RESUME_SETTLE_SECONDS
     # Admission must not race itself: one dispatcher at a time; nothing else is limited
     assert {name: f.get("ReservedConcurrentExecutions") for name, f in functions.items()} == {
         name: 1 if name == "dispatcher" else None for name in FUNCTION_NAMES

@@ -191,7 +191,7 @@ class TinyTrain:
         return "\n".join(p.read_text() for p in (self.instances / attempt["instance_id"]).glob("state/*.log"))
 
 
-def test_local_up_runs_a_job_on_a_real_agent_and_resumes_it_elsewhere_after_an_interruption(
+def test_local_up_runs_a_job_on_a_real_agent_resumes_it_elsewhere_after_an_interruption_and_after_a_cancel(
     synthesized_template: Path, events_dir: Path, tmp_path: Path
 ) -> None:
     market = price_market(events_dir / "prices" / "us-east-1-example.csv", START + timedelta(hours=1))
@@ -200,12 +200,12 @@ def test_local_up_runs_a_job_on_a_real_agent_and_resumes_it_elsewhere_after_an_i
     with serve_local_stack(
         port=free_port(), template=synthesized_template, market=market, quiet=True, workers=instances
     ) as served:
-        job = TinyTrain.submit(served, tmp_path, epochs=20, checkpoint={"interval_minutes": 1, "grace_seconds": 10})
+        job = TinyTrain.submit(served, tmp_path, epochs=40, checkpoint={"interval_minutes": 1, "grace_seconds": 10})
         job_id, status, output_of = job.job_id, job.status, job.output_of
 
         # When its first instance's job has trained an epoch (its output says so), the user interrupts it
         first = eventually(lambda: next(iter(status()["attempts"]), None), "the first attempt", on=STATUS_POLLS)
-        eventually(lambda: "epoch 1/20" in output_of(first), "the job's first epoch", on=POLLING)
+        eventually(lambda: "epoch 1/40" in output_of(first), "the job's first epoch", on=POLLING)
         interrupted = CliRunner().invoke(
             app, ["local", "interrupt", "--job", job_id, "--notice", "30s", "--endpoint-url", served.endpoint_url]
         )
@@ -217,19 +217,35 @@ def test_local_up_runs_a_job_on_a_real_agent_and_resumes_it_elsewhere_after_an_i
         )
         assert twice.exit_code == 1
         assert "already has its interruption warning: it ends at" in twice.output
-        # Then the job succeeds on a second instance in another pool, which resumed from the first's checkpoint
+        # Then the job goes on on a second instance in another pool, which resumed from the first's checkpoint
+        two = eventually(lambda: a[1] if len(a := status()["attempts"]) > 1 else None, "attempt 2", on=STATUS_POLLS)
+        eventually(lambda: "resumed from epoch" in output_of(two), "attempt 2 resuming", on=POLLING)
+        # When the user cancels it there, and then resumes it (once the first run's execution has ended: until
+        # then resume says to try again in a minute)
+        cancelled = CliRunner().invoke(app, ["cancel", job_id, *job.endpoint])
+        assert cancelled.exit_code == 0, cancelled.output
+
+        def resumed() -> Any:
+            result = CliRunner().invoke(app, ["resume", job_id, *job.endpoint])
+            return None if result.exit_code == 1 and "is still ending" in result.stderr else result
+
+        again = eventually(resumed, "the resume", on=STATUS_POLLS)
+        assert again.exit_code == 0, again.output
+        assert f"{job_id} QUEUED again as run 2: it starts from checkpoint attempt " in again.stdout
+        # Then the same job runs a third attempt, from the newest checkpoint, and succeeds
         done = job.ended()
-        assert done["job"]["state"] == "SUCCEEDED", done
-        one, two = done["attempts"]
-        assert one["outcome"] == "INTERRUPTED"
+        assert (done["job"]["state"], done["job"]["run"]) == ("SUCCEEDED", 2), done
+        one, two, three = done["attempts"]
+        assert (one["outcome"], two["outcome"], three["outcome"]) == ("INTERRUPTED", "CANCELLED", "SUCCEEDED")
         assert two["pool"] != one["pool"]
-        assert "resumed from epoch" in output_of(two)
-        assert "epoch 20/20" in output_of(two)
-        # And both instances are terminated in moto, their agents gone
+        assert "resumed from epoch" in output_of(three)
+        assert "epoch 40/40" in output_of(three)
+        # And every instance is terminated in moto, their agents gone
         ec2 = served.runtime.ec2
+        ids = [a["instance_id"] for a in (one, two, three)]
         states = {
             i["InstanceId"]: i["State"]["Name"]
-            for r in ec2.describe_instances(InstanceIds=[one["instance_id"], two["instance_id"]])["Reservations"]
+            for r in ec2.describe_instances(InstanceIds=ids)["Reservations"]
             for i in r["Instances"]
         }
         assert set(states.values()) == {"terminated"}

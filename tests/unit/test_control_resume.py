@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from control_builders import World
 
+from spotrelay.control.resume import RESUME_SETTLE_SECONDS
 from spotrelay.models import AttemptOutcome, JobState
 from spotrelay.models.records import MAX_RUNS
 
@@ -17,6 +18,7 @@ def cancelled_after_a_checkpoint(world: World) -> None:
     world.checkpoint(attempt=1, seq=2, work_done_hours=0.8)
     world.cancel()
     assert world.job().state is JobState.CANCELLED
+    world.advance(seconds=RESUME_SETTLE_SECONDS)  # no step of the cancelled run can still be running
 
 
 def test_a_cancelled_job_resumes_as_a_new_run_from_its_checkpoint_with_its_attempts_and_cost_kept() -> None:
@@ -27,7 +29,6 @@ def test_a_cancelled_job_resumes_as_a_new_run_from_its_checkpoint_with_its_attem
     spent = world.job().cost_usd
     assert spent > 0
     # When the user resumes it
-    world.advance(minutes=10)
     result = world.resume()
     # Then it is QUEUED again as run 2, from attempt 1's checkpoint, its cost kept, and the dispatcher woken
     assert (result.resumed, result.state, result.run) == (True, JobState.QUEUED, 2)
@@ -35,6 +36,7 @@ def test_a_cancelled_job_resumes_as_a_new_run_from_its_checkpoint_with_its_attem
     job = world.job()
     assert (job.state, job.run, job.resumed_at) == (JobState.QUEUED, 2, world.clock.now())
     assert (job.failure_reason, job.ended_at, job.cancel_requested) == (None, None, False)
+    assert job.previous_failure_reason == "run 1 ended CANCELLED: JobCancelled: cancelled by the user"
     assert job.cost_usd == spent
     assert job.execution_name == "train-1-run2"
     assert world.wakeup.reasons[-1] == "job train-1 resumed (run 2)"
@@ -59,6 +61,7 @@ def test_a_failed_job_resumes_with_a_fresh_allowance_of_restarts_and_interruptio
     job, version = world.store.get_job("train-1")
     world.store.put_job(job.model_copy(update={"restarts": 2, "interruptions": 3}), version)
     world.workflow.executions["train-1"].status = "FAILED"
+    world.advance(seconds=RESUME_SETTLE_SECONDS)
     failed = world.job()
     # When resumed, Then the new run's counters start again, and its attempts stay counted
     result = world.resume()
@@ -87,6 +90,9 @@ def test_a_repeated_resume_answers_what_the_first_did_and_queues_nothing_more() 
         ("spent", "has cost $"),
         ("still ending", "its run 1 is still ending (execution train-1 RUNNING): try again in a minute"),
         ("invalid", "its message was never a valid job"),
+        ("unschedulable", "it failed Unschedulable: no allowed type fits: it would fail so again"),
+        ("corrupt", "a new run would restore the same checkpoint"),
+        ("just ended", "its run 1 is still ending (ended at 10:00:00 UTC; a step it started may still be running)"),
         ("too many runs", f"it has run {MAX_RUNS} times, the most a job may"),
     ],
 )
@@ -113,13 +119,25 @@ def test_what_cannot_resume_is_refused_with_the_reason_and_left_as_it_was(setup:
         world.store.put_job(
             job.model_copy(update={"failure_reason": "InvalidJob: resources.gpus: must be >= 1"}), version
         )
+    elif setup in {"unschedulable", "corrupt"}:
+        world.running()
+        world.finalize(outcome="FAILED", error="x", cause="x")
+        job, version = world.store.get_job("train-1")
+        why = "Unschedulable: no allowed type fits" if setup == "unschedulable" else "CheckpointCorrupt: sha256"
+        world.store.put_job(job.model_copy(update={"failure_reason": why}), version)
+    elif setup == "just ended":
+        world.running()
+        world.finalize(outcome="FAILED", error="JobFailed", cause="exit 1")
     elif setup == "too many runs":
         world.running()
         world.finalize(outcome="FAILED", error="JobFailed", cause="x")
         job, version = world.store.get_job("train-1")
         world.store.put_job(job.model_copy(update={"run": MAX_RUNS}), version)
     if setup not in {"running", "still ending"}:
-        world.workflow.executions["train-1"].status = "FAILED"  # the run's execution has ended
+        # the run's execution has ended; "just ended": stopped, a step it invoked perhaps still running
+        world.workflow.executions["train-1"].status = "ABORTED" if setup == "just ended" else "FAILED"
+    if setup != "just ended":
+        world.advance(seconds=RESUME_SETTLE_SECONDS)
     before = world.job()
     result = world.resume()
     assert not result.resumed
@@ -132,4 +150,39 @@ def test_an_unknown_job_is_refused_without_a_state() -> None:
     result = World().resume("nope-0123456789ab")
     assert result.state is None
     assert result.refused is not None
-    assert "no job nope-0123456789ab" in result.refused
+    assert "no record of job nope-0123456789ab: check the id" in result.refused
+
+
+def test_a_run_that_just_ended_resumes_once_its_steps_cannot_be_running_any_more() -> None:
+    # Given a job cancelled just now, its execution stopped (a step it had invoked may still be running)
+    world = World()
+    world.running()
+    world.cancel()
+    # When resumed within the settle time, Then it is refused; once past it, resumed
+    world.advance(seconds=RESUME_SETTLE_SECONDS - 1)
+    assert world.resume().refused is not None
+    world.advance(seconds=1)
+    assert world.resume().resumed
+
+
+def test_a_resumed_job_past_its_deadline_says_it_runs_behind_schedule() -> None:
+    world = World()
+    world.running(work_hours=4, limits={"deadline_hours": 8})
+    world.cancel()
+    world.advance(hours=24)
+    result = world.resume()
+    assert result.resumed
+    assert result.notes == [
+        "its deadline (limits.deadline_hours 8, from its submission) has passed: it runs as a job behind "
+        "schedule does, on on-demand where its limits allow it"
+    ]
+
+
+def test_a_run_whose_execution_reached_its_end_resumes_at_once() -> None:
+    # Given a job whose run ended FAILED through its Finalize (every step returned)
+    world = World()
+    world.running()
+    world.finalize(outcome="FAILED", error="JobFailed", cause="exit 1")
+    world.workflow.executions["train-1"].status = "FAILED"
+    # When resumed right away, Then it is queued again
+    assert world.resume().resumed
