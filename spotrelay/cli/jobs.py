@@ -673,24 +673,8 @@ def cancel_command(
     """Cancel jobs wherever they are: their instances are terminated, their checkpoints are kept. A line
     per job; one that cannot be cancelled (an error line says why) does not stop the others: exit 2 if a
     job id is wrong, else 1 if AWS failed or refused for one, 0 once each is cancelled or had ended."""
-    from spotrelay.aws.stack import StackError
-
     client = connect(stack, region, endpoint_url)
-    code = 0
-    for job_id in dict.fromkeys(job_ids):
-        try:
-            answer = client.cancel(job_id)
-        except StackError as e:
-            code = max(code, e.code)  # a wrong id (USAGE, 2) says more than a failure retrying may mend (1)
-            if as_json:
-                json_line({"job_id": job_id, "error": str(e)})
-            else:
-                err.print(f"error: {job_id} not cancelled: {e}", markup=False, soft_wrap=True)
-            continue
-        if as_json:
-            json_line(answer)
-        else:
-            out.print(cancelled_line(job_id, answer), markup=False, soft_wrap=True)
+    code = for_each_job(job_ids, client.cancel, "cancelled", cancelled_line, as_json=as_json)
     if code:
         raise typer.Exit(code)
 
@@ -707,30 +691,46 @@ def resume_command(
     and cost kept (`limits.max_total_cost` counts them; `max_interruptions` and `max_restarts` count the
     new run's). A line per job; exit 2 if a job id is wrong, else 1 if one could not be resumed (the line
     says why: it SUCCEEDED, is still running, or has spent its max_total_cost), 0 once each is queued."""
+    client = connect(stack, region, endpoint_url)
+    code = for_each_job(job_ids, client.resume, "resumed", resumed_line, as_json=as_json)
+    if code:
+        raise typer.Exit(code)
+
+
+def for_each_job(
+    job_ids: Sequence[str],
+    act: Callable[[str], Mapping[str, Any]],
+    done: str,
+    line: Callable[[str, Mapping[str, Any]], str],
+    *,
+    as_json: bool,
+) -> int:
+    """`act` on each job once, in the order given, a line per job (a JSON line with --json); one that fails
+    does not stop the others. An answer with `refused` (resume's) is an error line with the reason. The exit
+    status: 2 if a job id is wrong (or no such job), else 1 if AWS failed or refused for one, else 0."""
     from spotrelay.aws.stack import USAGE, StackError
 
-    client = connect(stack, region, endpoint_url)
     code = 0
     for job_id in dict.fromkeys(job_ids):
         try:
-            answer = client.resume(job_id)
+            answer = act(job_id)
         except StackError as e:
-            code = max(code, e.code)
+            code = max(code, e.code)  # a wrong id (USAGE, 2) says more than a failure retrying may mend (1)
             if as_json:
                 json_line({"job_id": job_id, "error": str(e)})
             else:
-                err.print(f"error: {job_id} not resumed: {e}", markup=False, soft_wrap=True)
+                err.print(f"error: {job_id} not {done}: {e}", markup=False, soft_wrap=True)
             continue
-        if answer.get("refused"):
+        refused = answer.get("refused")
+        if refused:
             code = max(code, USAGE if answer.get("state") is None else 1)
         if as_json:
             json_line(answer)
-        elif answer.get("refused"):
-            err.print(f"error: {job_id} not resumed: {answer['refused']}", markup=False, soft_wrap=True)
+        elif refused:
+            err.print(f"error: {job_id} not {done}: {refused}", markup=False, soft_wrap=True)
         else:
-            out.print(resumed_line(job_id, answer), markup=False, soft_wrap=True)
-    if code:
-        raise typer.Exit(code)
+            out.print(line(job_id, answer), markup=False, soft_wrap=True)
+    return code
 
 
 def resumed_line(job_id: str, answer: Mapping[str, Any]) -> str:
@@ -969,7 +969,8 @@ def job_row(status: JobStatus, cost: JobCost) -> dict[str, Any]:
         "work_done_hours": job.work_done_hours,
         "work_hours": job.spec.work_hours,
         "attempts": job.attempts,
-        "interruptions": job.interruptions,
+        "interruptions": job.interruptions,  # this run's
+        "run": job.run,  # 1, and one more per `spotrelay resume`
         "submitted_at": iso_time(job.submitted_at),
         "tags": job.spec.tags,
         "failure_reason": job.failure_reason,
