@@ -1441,6 +1441,9 @@ class _LazyPrivateKey:
         return getattr(self._key, name)
 
 
+_LOADERS: dict[str | None, Any] = {}  # search path -> botocore's data loader (read-only data: the service models)
+
+
 class _SearchPaths(list[str]):
     """A shared loader's search paths: each boto3 Session appends its own data directory to its loader's
     list, which, shared, would grow by one entry per session."""
@@ -1457,7 +1460,7 @@ def _patch_clients(patcher: _Patcher) -> None:
     # service model's JSON again. The loader's files are read-only data: one loader per search path serves
     # every session
     original_loader: Callable[..., Any] = patcher.original(botocore_session, "create_loader")
-    loaders: dict[str | None, Any] = {}
+    loaders = _LOADERS  # kept from one installation to the next: each runtime's clients would decode it all again
 
     def create_loader(search_path_string: str | None = None) -> Any:
         loader = loaders.get(search_path_string)
