@@ -72,6 +72,8 @@ serializer was most of their cost)
   else, or an attribute value of a shape this does not know, takes moto's path.
 - `moto.core.responses.method_names_from_class`: remembered per class (`inspect.getmembers` over the
   whole response class at every request).
+- `moto.settings.ec2_load_default_amis` (moto's MOTO_EC2_LOAD_DEFAULT_AMIS): False, so an EC2 backend is made
+  without moto's 10,000 public AMIs (half a second each); the workers boot the AMI the deploy registers.
 - `moto.kms.models.generate_private_key`: a KMS key's RSA private key (which moto makes for every key, a
   symmetric one too: 80 ms each, five per deploy) is generated at its first use (Sign, Verify, GetPublicKey).
 - `AttributePicker.__call__`: the keys the serializer's alias providers offer for a member are
@@ -142,6 +144,7 @@ from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table as DynamoTable
 from moto.dynamodb.responses import DynamoHandler
 from moto.ec2.models import instance_types as moto_instance_types
+from moto.ec2.models.amis import AmiBackend
 from moto.ec2.models.flow_logs import FlowLogs, FlowLogsBackend
 from moto.ec2.responses.instances import InstanceResponse
 from moto.ec2.responses.spot_instances import SpotInstances
@@ -387,6 +390,13 @@ EXPECTED: tuple[Expected, ...] = (
         ("super()._serialize_type_structure(serialized, value, shape, key)",),
     ),
     Expected(moto_responses, "method_names_from_class", "(clazz: 'object') -> 'list[str]'"),
+    Expected(moto.settings, "ec2_load_default_amis", "() -> bool"),
+    Expected(  # the setting is read when an EC2 backend is made
+        AmiBackend,
+        "_load_amis",
+        "(self) -> 'None'",
+        ('if "MOTO_AMIS_PATH" not in os.environ and not settings.ec2_load_default_amis():',),
+    ),
     Expected(  # every KMS key, a symmetric one too, gets its signing key at its creation
         moto_kms_models,
         "generate_private_key",
@@ -1314,6 +1324,11 @@ def _patch_speed(patcher: _Patcher) -> None:
         return list(known)
 
     patcher.replace(moto_responses, "method_names_from_class", method_names_from_class)
+
+    # moto loads its catalogue of public AMIs (10,000 objects, half a second) into every EC2 backend it makes;
+    # the stack's workers boot the AMI the deploy registers (spotrelay.local.deploy): the catalogue is off, by
+    # the function behind moto's own MOTO_EC2_LOAD_DEFAULT_AMIS setting, while the patches are installed
+    patcher.replace(moto.settings, "ec2_load_default_amis", lambda: False)
 
     # moto makes an RSA-2048 private key (80 ms) for every KMS key it creates, a symmetric one too, for
     # Sign/Verify/GetPublicKey: a deploy creates five (the stack's keys, DynamoDB's and EBS's default

@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -59,7 +58,6 @@ MOTO_CONFIG: dict[str, Any] = {
 }
 DRIVER_CONFIG = Config(retries={"total_max_attempts": 1})
 STOP_GRACE_SECONDS = 5.0
-MOTO_DEFAULT_AMIS = "MOTO_EC2_LOAD_DEFAULT_AMIS"  # moto's setting (moto.settings.ec2_load_default_amis)
 
 
 def _request_ids() -> Iterator[str]:
@@ -87,7 +85,6 @@ class LocalRuntime:
         self.seed = seed
         self.quiet = quiet
         self._moto_log_level: int | None = None
-        self._saved_amis_setting: str | None = None
         self.lambdas = InProcessLambdas(
             self.clock,
             code_root=code_root,
@@ -121,11 +118,6 @@ class LocalRuntime:
             # Powertools warns when an invocation added no metric (a reconcile with nothing to count):
             # a line in the function's log on Lambda, noise in the replay's and the server's output here
             warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
-        # moto's EC2 loads its catalogue of public AMIs (10,000 objects, half a second) into every EC2 backend it
-        # makes; the stack's workers boot from the local AMI the deploy registers (spotrelay.local.deploy), so the
-        # runtime turns it off with moto's own setting (put back at stop)
-        self._saved_amis_setting = os.environ.get(MOTO_DEFAULT_AMIS)
-        os.environ[MOTO_DEFAULT_AMIS] = "false"
         self._mock = mock_aws(config=cast("DefaultConfig", copy.deepcopy(MOTO_CONFIG)))
         self._mock.start()
         if self.seed is not None:
@@ -154,10 +146,6 @@ class LocalRuntime:
         if self._mock is not None:
             self._mock.stop()
             self._mock = None
-            if self._saved_amis_setting is None:
-                os.environ.pop(MOTO_DEFAULT_AMIS, None)
-            else:
-                os.environ[MOTO_DEFAULT_AMIS] = self._saved_amis_setting
         if self._moto_log_level is not None:
             logging.getLogger("moto").setLevel(self._moto_log_level)
             self._moto_log_level = None
