@@ -60,6 +60,10 @@ S3
   Deny statements (`aws:SecureTransport: false`, `s3:TlsVersion < 1.2`) would deny every request;
   every client here uses HTTPS, which AWS would let through.
 
+EC2
+- `moto.settings.ec2_load_default_amis` (moto's MOTO_EC2_LOAD_DEFAULT_AMIS): False, so an EC2 backend is made
+  without moto's 10,000 public AMIs (half a second each); the workers boot the AMI the deploy registers.
+
 EC2 (only with a market, `spotrelay.local.ec2_market`)
 - `InstanceResponse.run_instances` and `SpotInstances.describe_spot_price_history` answer from the
   market; catalog GPU types moto lacks are added to its instance-type tables.
@@ -72,8 +76,6 @@ serializer was most of their cost)
   else, or an attribute value of a shape this does not know, takes moto's path.
 - `moto.core.responses.method_names_from_class`: remembered per class (`inspect.getmembers` over the
   whole response class at every request).
-- `moto.settings.ec2_load_default_amis` (moto's MOTO_EC2_LOAD_DEFAULT_AMIS): False, so an EC2 backend is made
-  without moto's 10,000 public AMIs (half a second each); the workers boot the AMI the deploy registers.
 - `moto.kms.models.generate_private_key`: a KMS key's RSA private key (which moto makes for every key, a
   symmetric one too: 80 ms each, five per deploy) is generated at its first use (Sign, Verify, GetPublicKey).
 - `AttributePicker.__call__`: the keys the serializer's alias providers offer for a member are
@@ -726,6 +728,7 @@ def install(clock: SimulationClock, lambdas: InProcessLambdas, market: Ec2Market
             _patch_s3(patcher)
             _patch_dynamodb_faults(patcher)
             _patch_speed(patcher)
+            _patch_default_amis(patcher)
             if market is not None:
                 _patch_ec2(patcher, market)
         except BaseException:
@@ -1325,11 +1328,6 @@ def _patch_speed(patcher: _Patcher) -> None:
 
     patcher.replace(moto_responses, "method_names_from_class", method_names_from_class)
 
-    # moto loads its catalogue of public AMIs (10,000 objects, half a second) into every EC2 backend it makes;
-    # the stack's workers boot the AMI the deploy registers (spotrelay.local.deploy): the catalogue is off, by
-    # the function behind moto's own MOTO_EC2_LOAD_DEFAULT_AMIS setting, while the patches are installed
-    patcher.replace(moto.settings, "ec2_load_default_amis", lambda: False)
-
     # moto makes an RSA-2048 private key (80 ms) for every KMS key it creates, a symmetric one too, for
     # Sign/Verify/GetPublicKey: a deploy creates five (the stack's keys, DynamoDB's and EBS's default
     # keys) and nothing here signs. Made at its first use instead
@@ -1466,6 +1464,14 @@ class _SearchPaths(list[str]):
     def append(self, path: str) -> None:
         if path not in self:
             super().append(path)
+
+
+def _patch_default_amis(patcher: _Patcher) -> None:
+    """moto loads its catalogue of public AMIs (10,000 objects, half a second) into every EC2 backend it
+    makes; the stack's workers boot the AMI the deploy registers (spotrelay.local.deploy). Off, by the
+    function behind moto's own MOTO_EC2_LOAD_DEFAULT_AMIS setting, while the patches are installed (not a
+    speed patch: DescribeImages then answers without moto's public AMIs)."""
+    patcher.replace(moto.settings, "ec2_load_default_amis", lambda: False)
 
 
 def _patch_clients(patcher: _Patcher) -> None:
