@@ -151,9 +151,8 @@ class CancelSettings(TableSettings):
     dispatcher_function: str = Field(alias=ENV_DISPATCHER_FUNCTION, min_length=1)
 
 
-class ResumeSettings(TableSettings):
-    state_machine_arn: str = Field(alias=ENV_STATE_MACHINE_ARN, min_length=1)
-    dispatcher_function: str = Field(alias=ENV_DISPATCHER_FUNCTION, min_length=1)
+class ResumeSettings(CancelSettings):
+    """Cancel's: the table, the state machine whose executions it reads, the dispatcher it wakes."""
 
 
 class VendSettings(TableSettings):

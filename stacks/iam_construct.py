@@ -40,6 +40,10 @@ from stacks.suppressions import acknowledge_wildcard_resources
 from stacks.worker_construct import Worker
 
 MANAGED_TAG_VALUE = "true"
+EXECUTIONS_REASON = (
+    "Executions are named by job id, so their ARNs are only known per job: the resource is every "
+    "execution of this stack's JobLifecycle state machine, and of no other."
+)
 TASK_TOKEN_REASON = (
     "SendTaskSuccess/SendTaskFailure/SendTaskHeartbeat take a task token, not a resource: Step Functions "
     "supports no resource-level permission for them, so their Resource must be '*'. The statement holds "
@@ -141,8 +145,7 @@ class FunctionPermissions(Construct):
             iam.PolicyStatement(actions=["states:StartExecution"], resources=[state_machine_arn]),
             _acknowledged(
                 iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions]),
-                "Executions are named by job id, so their ARNs are only known per job: the resource is every "
-                "execution of this stack's JobLifecycle state machine, and of no other.",
+                EXECUTIONS_REASON,
             ),
         )
         self._policy(
@@ -152,8 +155,7 @@ class FunctionPermissions(Construct):
                 iam.PolicyStatement(
                     actions=["states:DescribeExecution", "states:StopExecution"], resources=[executions]
                 ),
-                "Executions are named by job id, so their ARNs are only known per job: the resource is every "
-                "execution of this stack's JobLifecycle state machine, and of no other.",
+                EXECUTIONS_REASON,
             ),
             iam.PolicyStatement(actions=["states:ListExecutions"], resources=[state_machine_arn]),
         )
@@ -162,8 +164,7 @@ class FunctionPermissions(Construct):
             ["resume"],  # a resumed job's previous run must have ended: resume only reads its execution
             _acknowledged(
                 iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions]),
-                "Executions are named by job id, so their ARNs are only known per job: the resource is every "
-                "execution of this stack's JobLifecycle state machine, and of no other.",
+                EXECUTIONS_REASON,
             ),
         )
         self._policy(

@@ -98,7 +98,8 @@ def resume_job(job_id: str, *, store: JobStore, workflow: Workflow, clock: Clock
     def change(fresh: Job) -> bool:
         if fresh.state not in RESUMABLE_STATES:  # resumed (or changed) meanwhile: nothing more to do here
             return False
-        _check_resumable(fresh, workflow, now)
+        if fresh != job:  # changed since the checks above (a write that lost a race reads it again)
+            _check_resumable(fresh, workflow, now)
         fresh.previous_failure_reason = f"run {fresh.run} ended {fresh.state}: {fresh.failure_reason or 'no reason'}"
         fresh.state = JobState.QUEUED  # the one way out of a terminal state (spotrelay.models.state)
         fresh.run += 1

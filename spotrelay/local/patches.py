@@ -63,10 +63,9 @@ S3
 EC2
 - `moto.settings.ec2_load_default_amis` (moto's MOTO_EC2_LOAD_DEFAULT_AMIS): False, so an EC2 backend is made
   without moto's 10,000 public AMIs (half a second each); the workers boot the AMI the deploy registers.
-
-EC2 (only with a market, `spotrelay.local.ec2_market`)
-- `InstanceResponse.run_instances` and `SpotInstances.describe_spot_price_history` answer from the
-  market; catalog GPU types moto lacks are added to its instance-type tables.
+- Only with a market (`spotrelay.local.ec2_market`): `InstanceResponse.run_instances` and
+  `SpotInstances.describe_spot_price_history` answer from the market; catalog GPU types moto lacks are
+  added to its instance-type tables.
 
 Speed (the same answers, less work: a replay makes thousands of calls and moto's generic response
 serializer was most of their cost)
