@@ -8,7 +8,9 @@ service may forget tokens, e.g. across a stop/start).
 
 Plain urllib with proxies disabled (an `http_proxy` in the environment must never see IMDS traffic)
 and short timeouts: IMDS answers in milliseconds or not at all. The endpoint is configurable so
-that tests and local runs point it at a stub on the loopback.
+that tests and local runs point it at a stub on the loopback; the transport too (`Transport`: one
+request, its status and body), so that a replay's simulated instances reach their IMDS in-process
+without urllib's machinery on every poll.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -63,6 +65,28 @@ class RebalanceRecommendation(BaseModel):
 _Notice = TypeVar("_Notice", InstanceAction, RebalanceRecommendation)
 
 
+class Transport(Protocol):
+    """One HTTP request to IMDS: (status, body). Raises OSError when nothing answers in `timeout`."""
+
+    def __call__(self, method: str, url: str, headers: dict[str, str], timeout: float) -> tuple[int, str]: ...
+
+
+def urllib_transport(opener: urllib.request.OpenerDirector) -> Transport:
+    """A transport through a urllib opener (urllib's errors as statuses, or OSError)."""
+
+    def send(method: str, url: str, headers: dict[str, str], timeout: float) -> tuple[int, str]:
+        request = urllib.request.Request(url, method=method, headers=headers)
+        try:
+            with opener.open(request, timeout=timeout) as response:
+                return int(response.status), str(response.read().decode())
+        except urllib.error.HTTPError as e:
+            return e.code, ""
+        except urllib.error.URLError as e:
+            raise OSError(str(e.reason)) from e
+
+    return send
+
+
 class ImdsClient:
     """An IMDSv2 client: `get(path)` answers the value, or None for 404."""
 
@@ -73,7 +97,7 @@ class ImdsClient:
         token_ttl_seconds: int = MAX_TOKEN_TTL_SECONDS,
         timeout_seconds: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
-        opener: urllib.request.OpenerDirector | None = None,
+        transport: Transport | None = None,
     ) -> None:
         if not 1 <= token_ttl_seconds <= MAX_TOKEN_TTL_SECONDS:
             raise ValueError(f"token TTL must be 1..{MAX_TOKEN_TTL_SECONDS} seconds")
@@ -84,8 +108,8 @@ class ImdsClient:
         self._token: str | None = None
         self._token_fetched_at = 0.0
         # No proxy handler: IMDS is link-local and must never go through a proxy from the environment.
-        # `opener`: another transport (the local runtime serves each simulated instance's IMDS in-process).
-        self._opener = opener or urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        # `transport`: another way there (the local runtime serves each simulated instance's IMDS in-process).
+        self._send = transport or urllib_transport(urllib.request.build_opener(urllib.request.ProxyHandler({})))
 
     # --- the token ----------------------------------------------------------------------------------
 
@@ -98,14 +122,14 @@ class ImdsClient:
         return self._token
 
     def _fetch_token(self) -> str:
-        request = urllib.request.Request(
-            self.endpoint + TOKEN_PATH, method="PUT", headers={TTL_HEADER: str(self.token_ttl_seconds)}
-        )
+        headers = {TTL_HEADER: str(self.token_ttl_seconds)}
         try:
-            with self._opener.open(request, timeout=self.timeout_seconds) as response:
-                return str(response.read().decode())
-        except (urllib.error.URLError, OSError) as e:
+            status, body = self._send("PUT", self.endpoint + TOKEN_PATH, headers, self.timeout_seconds)
+        except OSError as e:
             raise ImdsError(f"IMDS token request to {self.endpoint} failed: {e}") from e
+        if status != 200:
+            raise ImdsError(f"IMDS token request to {self.endpoint} failed: HTTP {status}")
+        return body
 
     # --- reads --------------------------------------------------------------------------------------
 
@@ -113,19 +137,18 @@ class ImdsClient:
         """GET `/latest/<path>`; None when IMDS answers 404 (no such value, e.g. no notice)."""
         url = f"{self.endpoint}/latest/{path.lstrip('/')}"
         for retry in (False, True):
-            request = urllib.request.Request(url, method="GET", headers={TOKEN_HEADER: self.token()})
             try:
-                with self._opener.open(request, timeout=self.timeout_seconds) as response:
-                    return str(response.read().decode())
-            except urllib.error.HTTPError as e:
-                if e.code == 404:
-                    return None
-                if e.code == 401 and not retry:
-                    self._token = None  # forgotten or expired: one new token, one more try
-                    continue
-                raise ImdsError(f"IMDS GET {path}: HTTP {e.code}") from e
-            except (urllib.error.URLError, OSError) as e:
+                status, body = self._send("GET", url, {TOKEN_HEADER: self.token()}, self.timeout_seconds)
+            except OSError as e:
                 raise ImdsError(f"IMDS GET {path} failed: {e}") from e
+            if status == 200:
+                return body
+            if status == 404:
+                return None
+            if status == 401 and not retry:
+                self._token = None  # forgotten or expired: one new token, one more try
+                continue
+            raise ImdsError(f"IMDS GET {path}: HTTP {status}")
         raise ImdsError(f"IMDS GET {path}: 401 with a fresh token")  # pragma: no cover - the loop returns or raises
 
     def instance_action(self) -> InstanceAction | None:

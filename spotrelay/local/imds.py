@@ -37,7 +37,7 @@ import urllib.response
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from spotrelay.agent.imds import MAX_TOKEN_TTL_SECONDS, TOKEN_HEADER, TTL_HEADER
+from spotrelay.agent.imds import MAX_TOKEN_TTL_SECONDS, TOKEN_HEADER, TTL_HEADER, Transport
 from spotrelay.clock import WaitingClock
 
 ENDPOINT = "http://169.254.169.254"  # what the agent's client is told; nothing listens there
@@ -103,8 +103,30 @@ class InstanceMetadataService:
         if record is not None:
             record.faults.append(fault)
 
+    def transport(self, instance_id: str) -> Transport:
+        """This instance's IMDS in-process, for `ImdsClient(transport=...)`: what `request` answers."""
+
+        def send(method: str, url: str, headers: dict[str, str], timeout: float) -> tuple[int, str]:
+            lowered = {k.lower(): v for k, v in headers.items()}
+            return self.request(instance_id, method, urllib.parse.urlsplit(url).path, lowered, timeout)
+
+        return send
+
+    def request(
+        self, instance_id: str, method: str, path: str, headers: dict[str, str], timeout: float | None
+    ) -> tuple[int, str]:
+        """One request from the instance, after any injected delay: (HTTP status, body). TimeoutError, on
+        the clock, when the delay reaches `timeout`."""
+        delay = self.delay(instance_id)
+        if delay > 0:
+            if timeout is not None and delay >= timeout:
+                self.clock.sleep(timeout)
+                raise TimeoutError("timed out")
+            self.clock.sleep(delay)
+        return self.answer(instance_id, method, path, headers)
+
     def opener(self, instance_id: str) -> urllib.request.OpenerDirector:
-        """A urllib opener that reaches this instance's IMDS (for `ImdsClient(opener=...)`)."""
+        """A urllib opener that reaches this instance's IMDS (what `transport` answers, through urllib)."""
         opener = urllib.request.OpenerDirector()
         opener.add_handler(_Handler(self, instance_id))
         opener.add_handler(urllib.request.HTTPErrorProcessor())
@@ -174,18 +196,14 @@ class _Handler(urllib.request.BaseHandler):
         self.instance_id = instance_id
 
     def http_open(self, request: urllib.request.Request) -> urllib.response.addinfourl:
-        service = self.service
-        delay = service.delay(self.instance_id)
-        timeout = getattr(request, "timeout", None)
-        if delay > 0:
-            if timeout is not None and delay >= timeout:
-                service.clock.sleep(timeout)
-                raise urllib.error.URLError(TimeoutError("timed out"))
-            service.clock.sleep(delay)
         headers = {k.lower(): v for k, v in request.header_items()}
-        status, body = service.answer(
-            self.instance_id, request.get_method(), urllib.parse.urlsplit(request.full_url).path, headers
-        )
+        path = urllib.parse.urlsplit(request.full_url).path
+        try:
+            status, body = self.service.request(
+                self.instance_id, request.get_method(), path, headers, getattr(request, "timeout", None)
+            )
+        except TimeoutError as e:
+            raise urllib.error.URLError(e) from e
         message = email.message.Message()
         message["Content-Type"] = "text/plain"
         response = urllib.response.addinfourl(io.BytesIO(body.encode()), message, request.full_url, status)

@@ -400,7 +400,7 @@ class InstanceWorker:
                     storage=FaultyStorage(job_storage, clock, windows) if windows else job_storage,
                     tokens=CountingTokens(tokens, self),
                     metadata=ImdsClient(
-                        ENDPOINT, monotonic=clock.monotonic, opener=self.host.imds.opener(self.instance_id)
+                        ENDPOINT, monotonic=clock.monotonic, transport=self.host.imds.transport(self.instance_id)
                     ),
                     settings=AgentSettings(
                         state_dir=self.directory / "state",

@@ -328,7 +328,9 @@ class VirtualWorld(World):
             store=store or self.store,
             storage=self.storage,
             tokens=StepFunctionsTaskTokens(self.sfn),
-            metadata=ImdsClient(ENDPOINT, monotonic=self.clock.monotonic, opener=self.metadata.opener(instance_id)),
+            metadata=ImdsClient(
+                ENDPOINT, monotonic=self.clock.monotonic, transport=self.metadata.transport(instance_id)
+            ),
             settings=AgentSettings(**(values | settings)),
             runner=self.runner(attempt),
             clock=agent_clock,

@@ -56,7 +56,7 @@ def client_of(
 ) -> ImdsClient:
     """The instance's agent's client, as InstanceWorker builds it (its default 2 s timeout)."""
     return ImdsClient(
-        ENDPOINT, token_ttl_seconds=token_ttl_seconds, monotonic=clock.monotonic, opener=imds.opener(instance_id)
+        ENDPOINT, token_ttl_seconds=token_ttl_seconds, monotonic=clock.monotonic, transport=imds.transport(instance_id)
     )
 
 
