@@ -22,7 +22,6 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -30,6 +29,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from spotrelay.aws.recovery import dead_letter_queue_output
+from stacks.keys import stack_key
 
 PERIOD = Duration.minutes(5)
 ALARM_TOPIC_OUTPUT = "AlarmTopicArn"
@@ -37,6 +37,9 @@ DEAD_LETTER_PERIOD = Duration.minutes(5)
 # Every dead-letter alarm's name is `<stack>-<DEAD_LETTER_ALARM_INFIX><queue>`: the topic's policy lets
 # CloudWatch publish for the alarms named so, and no other.
 DEAD_LETTER_ALARM_INFIX = "dead-letters-"
+# Each queue's second alarm, `<stack>-<DEAD_LETTER_ALARM_INFIX><queue><NEW_DEAD_LETTERS_SUFFIX>`: the first stays
+# in ALARM while any message waits, and so says nothing of the dead letters that arrive after it fired
+NEW_DEAD_LETTERS_SUFFIX = "-new"
 
 
 class Dashboard(Construct):
@@ -149,11 +152,8 @@ class DeadLetterAlarms(Construct):
             ),
         }
         alarm_prefix = f"{stack_name}-{DEAD_LETTER_ALARM_INFIX}"
-        self.key = kms.Key(
-            self,
-            "TopicKey",
-            description=f"{stack_name}: encrypts the operator alarm topic (dead-letter alarms)",
-            enable_key_rotation=True,
+        self.key = stack_key(
+            self, "TopicKey", description=f"{stack_name}: encrypts the operator alarm topic (dead-letter alarms)"
         )
         # CloudWatch publishes to an encrypted topic only with the key's data keys (SNS's key-management guide:
         # compatibility with AWS services). This key encrypts this topic and nothing else; which alarms may
@@ -196,6 +196,7 @@ class DeadLetterAlarms(Construct):
         )
         action = cloudwatch_actions.SnsAction(self.topic)
         self.alarms: dict[str, cloudwatch.Alarm] = {}
+        self.arrival_alarms: dict[str, cloudwatch.Alarm] = {}
         for name, (queue, description) in descriptions.items():
             alarm = cloudwatch.Alarm(
                 self,
@@ -212,6 +213,32 @@ class DeadLetterAlarms(Construct):
             )
             alarm.add_alarm_action(action)
             self.alarms[name] = alarm
+            # The depth rising from one 5-minute period to the next: it fires again for every new arrival,
+            # however many wait already, and is OK again once the depth stops rising. (NumberOfMessagesSent
+            # would miss the job queue's: SQS does not count a message its redrive policy moves to a DLQ,
+            # "Available CloudWatch metrics for Amazon SQS", Amazon SQS Developer Guide.)
+            arrivals = cloudwatch.Alarm(
+                self,
+                f"{''.join(part.capitalize() for part in name.split('-'))}NewAlarm",
+                alarm_name=f"{alarm_prefix}{name}{NEW_DEAD_LETTERS_SUFFIX}",
+                alarm_description=f"New dead letters since the last 5 minutes. {description}"[:1024],
+                metric=cloudwatch.MathExpression(
+                    expression="DIFF(visible)",
+                    using_metrics={
+                        "visible": queue.metric_approximate_number_of_messages_visible(
+                            period=DEAD_LETTER_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+                        )
+                    },
+                    period=DEAD_LETTER_PERIOD,
+                    label=f"{name}: new dead letters",
+                ),
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=1,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+            arrivals.add_alarm_action(action)
+            self.arrival_alarms[name] = arrivals
         CfnOutput(
             stack,
             ALARM_TOPIC_OUTPUT,

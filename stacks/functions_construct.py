@@ -33,7 +33,6 @@ from pathlib import Path, PurePosixPath
 
 from aws_cdk import CfnOutput, Duration, Fn, Stack
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
@@ -42,6 +41,7 @@ from constructs import Construct
 from spotrelay.aws.recovery import DEAD_LETTERED_FUNCTIONS, dead_letter_queue_output, function_name_output
 from spotrelay.config import ENV_DISPATCHER_FUNCTION, METRICS_NAMESPACE, SETTINGS_BY_FUNCTION
 from stacks.config import SpotRelayConfig
+from stacks.keys import stack_key
 from stacks.suppressions import acknowledge
 
 FUNCTION_NAMES = (
@@ -196,11 +196,10 @@ class Functions(Construct):
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
         self.dead_letter_queues: dict[str, sqs.Queue] = {}
-        self.dead_letter_key = kms.Key(
+        self.dead_letter_key = stack_key(
             self,
             "DeadLetterKey",
             description=f"{Stack.of(self).stack_name}: encrypts the events the functions could not handle (DLQs)",
-            enable_key_rotation=True,
         )
         values = dict(settings_values)
         for name in FUNCTION_NAMES:  # dispatcher first: finalize's settings name it

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+
+from stacks.keys import stack_key
 
 MAX_RECEIVE_COUNT = 3
 
@@ -24,12 +25,7 @@ class JobQueue(Construct):
     def __init__(self, scope: Construct, id: str, *, dispatcher_timeout: Duration) -> None:
         super().__init__(scope, id)
         stack_name = Stack.of(self).stack_name
-        self.key = kms.Key(
-            self,
-            "Key",
-            description=f"{stack_name}: encrypts the job queue and its dead-letter queue",
-            enable_key_rotation=True,
-        )
+        self.key = stack_key(self, "Key", description=f"{stack_name}: encrypts the job queue and its dead-letter queue")
         self.dead_letter_queue = sqs.Queue(
             self,
             "DeadLetterQueue",

@@ -1,4 +1,5 @@
-"""Every dead-letter queue has an alarm on its first message, and the alarm reaches an operator.
+"""Every dead-letter queue has an alarm on its first message and one on each new message, and both reach
+an operator.
 
 The dead-letter queues are found from the template itself (an SQS redrive policy's target, a function's
 DeadLetterConfig, an EventBridge target's DeadLetterConfig), so a DLQ added later without an alarm fails here.
@@ -171,3 +172,42 @@ def test_the_topic_is_encrypted_tls_only_and_cloudwatch_publishes_for_these_alar
         assert fnmatch.fnmatchcase(prefix + alarm["AlarmName"], source_arn), queue_id
     depth = synthesized.properties(synthesized.stack.job_queue.depth_alarm)
     assert not fnmatch.fnmatchcase(prefix + depth["AlarmName"], source_arn)
+
+
+def test_every_dead_letter_queue_alarms_again_on_each_new_dead_letter(
+    synthesized: Synthesized, dead_letter_alarms: dict[str, dict[str, Any]]
+) -> None:
+    # The first alarm stays in ALARM while any message waits: a second dead letter a day later would say
+    # nothing. Each queue has a second alarm on its depth rising from one period to the next.
+    topic_id = synthesized.logical_id(synthesized.stack.dead_letter_alarms.topic)
+    [policy] = [
+        p["Properties"]
+        for p in synthesized.of_type("AWS::SNS::TopicPolicy").values()
+        if render(p["Properties"]["Topics"]) == [f"<{topic_id}>"]
+    ]
+    [allow] = [s for s in render(policy["PolicyDocument"])["Statement"] if s["Effect"] == "Allow"]
+    source_arn = allow["Condition"]["ArnLike"]["aws:SourceArn"]
+    prefix = "arn:<AWS::Partition>:cloudwatch:<AWS::Region>:<AWS::AccountId>:alarm:"
+    for queue_id, first in dead_letter_alarms.items():
+        arrivals = []
+        for alarm in synthesized.of_type("AWS::CloudWatch::Alarm").values():
+            metrics = alarm["Properties"].get("Metrics", [])
+            stats = [m["MetricStat"] for m in metrics if "MetricStat" in m]
+            if any(
+                render(s["Metric"].get("Dimensions")) == [{"Name": "QueueName", "Value": f"<{queue_id}.QueueName>"}]
+                for s in stats
+            ):
+                arrivals.append((alarm["Properties"], metrics, stats))
+        [(alarm, metrics, [stat])] = arrivals
+        assert stat["Metric"]["MetricName"] == "ApproximateNumberOfMessagesVisible", queue_id
+        assert (stat["Stat"], stat["Period"]) == ("Maximum", 300), queue_id
+        [expression] = [m for m in metrics if "Expression" in m]
+        metric_id = next(m["Id"] for m in metrics if "MetricStat" in m)
+        assert expression["Expression"] == f"DIFF({metric_id})", queue_id
+        assert expression.get("ReturnData", True) is True, queue_id
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold"), queue_id
+        assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching"), queue_id
+        assert render(alarm["AlarmActions"]) == [f"<{topic_id}>"], queue_id
+        assert fnmatch.fnmatchcase(prefix + alarm["AlarmName"], source_arn), queue_id  # else SNS drops it
+        assert alarm["AlarmName"] != first["AlarmName"]
+        assert len(alarm["AlarmDescription"]) <= 1024

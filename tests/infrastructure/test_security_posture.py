@@ -56,3 +56,40 @@ def test_the_state_machine_logs_every_event_but_never_its_data_the_task_tokens(s
     # A task's logged input and parameters would carry the Run task's token ($$.Task.Token): anyone who
     # reads the log group could then complete or fail that job's run
     assert logging["IncludeExecutionData"] is False
+
+
+def _encrypted_with(synthesized: Synthesized) -> dict[str, list[str]]:
+    """key logical id -> the resources it encrypts (queues, topics, buckets)."""
+    users: dict[str, list[str]] = {key_id: [] for key_id in synthesized.of_type("AWS::KMS::Key")}
+    for logical_id, resource in synthesized.resources.items():
+        properties = resource.get("Properties", {})
+        references = [properties.get("KmsMasterKeyId")]
+        for rule in properties.get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration", []):
+            references.append(rule["ServerSideEncryptionByDefault"].get("KMSMasterKeyID"))
+        for reference in references:
+            if reference is not None:
+                users[render(reference).strip("<>").removesuffix(".Arn")].append(logical_id)
+    return users
+
+
+def test_a_key_is_deleted_with_what_it_encrypts_and_kept_while_anything_it_encrypts_is_kept(
+    synthesized: Synthesized,
+) -> None:
+    # A stack deletion deletes the queues and the topic: their keys go too (a kept key is billed monthly),
+    # after KMS's shortest pending window. The checkpoint bucket is kept: its key must be, or the kept
+    # checkpoints can never be read again.
+    users = _encrypted_with(synthesized)
+    kept = 0
+    for key_id, encrypted in users.items():
+        assert encrypted, f"{key_id} encrypts nothing"
+        key = synthesized.resources[key_id]
+        policies = {synthesized.resources[r].get("DeletionPolicy", "Delete") for r in encrypted}
+        if "Retain" in policies:
+            kept += 1
+            assert key.get("DeletionPolicy") == "Retain", f"{key_id} would be deleted under {encrypted}"
+            assert key.get("UpdateReplacePolicy") == "Retain", key_id
+        else:
+            assert key.get("DeletionPolicy") == "Delete", f"{key_id} outlives {encrypted}"
+            assert key.get("UpdateReplacePolicy") == "Delete", key_id
+            assert key["Properties"]["PendingWindowInDays"] == 7, key_id
+    assert kept == 1  # the checkpoint bucket's
