@@ -16,7 +16,9 @@ Refused, with the reason: a job that SUCCEEDED (nothing left to do); one that is
 a resumed run already: a repeated resume answers what the first did); a message that was never a valid
 job (its record holds no spec to run); one that failed Unschedulable (no type of the stack fits it: it
 would fail again at admission) or CheckpointCorrupt (its newest checkpoint failed verification: the new
-run would restore it again); a job whose cost has reached its `max_total_cost`; one resumed
+run would restore it again); a job whose cost has reached its `max_total_cost`, or may have (a budgeted
+job with an attempt whose bill is not settled yet: until EC2 reports its instance gone it counts at its
+launch price, and a spot price that rose meanwhile is not in `cost_usd` yet); one resumed
 `MAX_RUNS - 1` times already; and one whose previous run is still ending: its execution still RUNNING, or
 stopped or timed out less than RESUME_SETTLE_SECONDS after the job ended. Stopping an execution (what
 cancel does) does not stop a step Lambda it had invoked: that step runs on for up to its function's
@@ -90,7 +92,7 @@ def resume_job(job_id: str, *, store: JobStore, workflow: Workflow, clock: Clock
             return _answer(job, store, now, already=True)
         return _answer(job, store, now, refused=_why_not(job))
     try:
-        _check_resumable(job, workflow, now)
+        _check_resumable(job, store, workflow, now)
     except _Refused as e:
         return _answer(job, store, now, refused=str(e))
     store.forget_cancel_before_admission(job_id)
@@ -99,7 +101,7 @@ def resume_job(job_id: str, *, store: JobStore, workflow: Workflow, clock: Clock
         if fresh.state not in RESUMABLE_STATES:  # resumed (or changed) meanwhile: nothing more to do here
             return False
         if fresh != job:  # changed since the checks above (a write that lost a race reads it again)
-            _check_resumable(fresh, workflow, now)
+            _check_resumable(fresh, store, workflow, now)
         fresh.previous_failure_reason = f"run {fresh.run} ended {fresh.state}: {fresh.failure_reason or 'no reason'}"
         fresh.state = JobState.QUEUED  # the one way out of a terminal state (spotrelay.models.state)
         fresh.run += 1
@@ -133,7 +135,7 @@ def _why_not(job: Job) -> str:
     return f"it is {job.state}: only a FAILED or CANCELLED job resumes (`spotrelay cancel` it first to restart it)"
 
 
-def _check_resumable(job: Job, workflow: Workflow, now: datetime) -> None:
+def _check_resumable(job: Job, store: JobStore, workflow: Workflow, now: datetime) -> None:
     """Raise _Refused, saying why, for an ended job that cannot run again now."""
     reason = job.failure_reason or ""
     if reason.startswith(INVALID_JOB):
@@ -150,6 +152,15 @@ def _check_resumable(job: Job, workflow: Workflow, now: datetime) -> None:
             f"it has cost ${job.cost_usd:.2f} of its limits.max_total_cost ${limit:.2f}: nothing is left to spend "
             "(submit it again with a higher limit)"
         )
+    if limit is not None:
+        # Until its instance's end is reported, an ended attempt counts at its launch price (Attempt.cost):
+        # a spot price that rose would let a job over its budget run again
+        unsettled = [a.attempt for a in store.attempts(job.job_id) if a.outcome is not None and not a.is_settled]
+        if unsettled:
+            raise _Refused(
+                f"the bill of its attempt {unsettled[-1]} is not settled yet (EC2 has not reported its instance "
+                f"gone), and limits.max_total_cost ${limit:.2f} needs it: try again in a few minutes"
+            )
     if job.run >= MAX_RUNS:
         raise _Refused(f"it has run {job.run} times, the most a job may")
     status = workflow.status(job.execution_name)

@@ -111,6 +111,11 @@ class Attempt(BaseModel):
         return self.outcome is None
 
     @property
+    def is_settled(self) -> bool:
+        """Its bill is final: settled at its instance's reported end, or it never had an instance."""
+        return self.cost_usd is not None or self.instance_id is None
+
+    @property
     def is_standby(self) -> bool:
         """Launched ahead of a handover and not yet given a Run task (no token): no Run task to fail."""
         return self.handover_from is not None and self.task_token is None and self.outcome is None

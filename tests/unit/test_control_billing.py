@@ -27,6 +27,7 @@ from fakes import FakeCompute
 
 from spotrelay.aws.stack import JobStatus
 from spotrelay.control.ec2_events import Ec2Event
+from spotrelay.control.resume import RESUME_SETTLE_SECONDS
 from spotrelay.models import AttemptOutcome, PriceQuote
 
 TERMINATED = "instance-state-change-terminated.json"
@@ -248,3 +249,31 @@ def test_reconcile_reads_each_pools_price_history_once_a_run_for_all_its_budgete
     world.advance(minutes=5)
     world.reconcile()
     assert len(world.compute.history_requests) == asked + 2
+
+
+def test_a_budgeted_job_resumes_only_once_its_bills_are_settled_and_under_its_budget(events_dir: Path) -> None:
+    # Given a job with a $1.50 budget, launched at $0.35/h, whose pool's price doubles an hour in; reconcile
+    # fails it over budget three hours in (1 h at $0.35 + 2 h at $0.70 = $1.75), before EC2 reports its
+    # instance gone
+    world = World()
+    world.running(limits={"max_total_cost": 1.5})
+    doubles_at(world, T0 + timedelta(hours=1))
+    world.advance(hours=3)
+    world.finalize(outcome="FAILED", error="BudgetExhausted", cause="spent $1.75")
+    world.workflow.executions["train-1"].status = "FAILED"
+    world.advance(seconds=RESUME_SETTLE_SECONDS)
+    # At the launch price the job seems to have cost $1.05, under its budget
+    assert world.job().cost_usd == pytest.approx(3 * LAUNCH_PRICE)
+    # When the user resumes it now, Then it is refused: its bill is not known yet
+    result = world.resume()
+    assert not result.resumed
+    assert result.refused is not None
+    assert "attempt 1 is not settled yet" in result.refused
+    assert "limits.max_total_cost $1.50" in result.refused
+    assert world.job().state.value == "FAILED"
+    # And once the termination settles it at the prices in effect, the budget refuses it
+    world.handle(gone(events_dir, world, T0 + timedelta(hours=3)))
+    assert world.job().cost_usd == pytest.approx(1.75)
+    result = world.resume()
+    assert result.refused is not None
+    assert "it has cost $1.75 of its limits.max_total_cost $1.50" in result.refused
