@@ -61,7 +61,7 @@ from typing import Any, Protocol
 from spotrelay.local.ec2_market import Ec2Error, insufficient_capacity
 from spotrelay.local.faults import Fault, FaultKind
 from spotrelay.local.lambdas import ASYNC_RETRY_WAITS, AsynchronousInvocations, InvocationFault
-from spotrelay.local.patches import STORE_CONFLICT, STORE_THROTTLED, versioned_attribute
+from spotrelay.local.patches import STORE_CONFLICT, STORE_THROTTLED, Undeliverable, versioned_attribute
 from spotrelay.models import Pool
 
 BOOT_SECONDS = 60.0  # spotrelay.local.workers.BOOT: launch -> `running`, the agent starts
@@ -335,7 +335,14 @@ class Chaos:
 
     # --- EventBridge -> Lambda ---------------------------------------------------------------------
 
-    def deliver(self, rule: str, target_arn: str, event: Mapping[str, Any], send: Callable[[], str | None]) -> None:
+    def deliver(
+        self,
+        rule: str,
+        target_arn: str,
+        event: Mapping[str, Any],
+        send: Callable[[], str | None],
+        undeliverable: Undeliverable,
+    ) -> None:
         name = function_name(target_arn)
         module = self._roles.get(name, name)
         allowed = DELIVERY_FAULTS.get(module, frozenset())
@@ -347,11 +354,20 @@ class Chaos:
             instance = detail.get("instance-id") if isinstance(detail, Mapping) else None
             what += f" for {instance}" if instance else ""
             how = {
-                ChaosKind.DROP: "never delivered (every retry of the delivery failed)",
+                ChaosKind.DROP: (
+                    "never delivered: every retry failed, EventBridge sends it to the target's DLQ "
+                    f"{undeliverable.after_seconds:.0f} s later"
+                ),
                 ChaosKind.DUPLICATE: f"delivered twice, the copy {delays[-1]:.0f} s later" if delays else "",
                 ChaosKind.DELAY: f"delivered {delays[0]:.0f} s late" if delays else "",
             }
             self.record(kind, module, f"{what} {how.get(kind, '')}")
+        if kind is ChaosKind.DROP:
+            self._later(
+                undeliverable.after_seconds,
+                f"chaos: {name}'s undelivered event to its target DLQ",
+                lambda: undeliverable.give_up("THROTTLING", f"chaos: every delivery to {name} was throttled"),
+            )
         for delay in delays:
             if delay <= 0:
                 self._invoke_async(name, send, event)

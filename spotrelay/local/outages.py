@@ -31,6 +31,8 @@ from spotrelay.local.lambdas import AsynchronousInvocations, DeadLetter, Invocat
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
+    from spotrelay.local.patches import Undeliverable
+
 LAMBDA_DLQ_ERROR_CODE = "200"  # what Lambda puts in ErrorCode for a function error
 
 
@@ -65,7 +67,14 @@ class AsynchronousDeliveries:
     def __init__(self, asynchronous: AsynchronousInvocations) -> None:
         self.asynchronous = asynchronous
 
-    def deliver(self, rule: str, target_arn: str, event: Mapping[str, Any], send: Callable[[], str | None]) -> None:
+    def deliver(
+        self,
+        rule: str,
+        target_arn: str,
+        event: Mapping[str, Any],
+        send: Callable[[], str | None],
+        undeliverable: Undeliverable,
+    ) -> None:
         self.asynchronous.invoke(function_name(target_arn), send, dict(event))
 
 

@@ -649,12 +649,32 @@ class _Patcher:
             self._undo.pop()()
 
 
+@dataclass(frozen=True)
+class Undeliverable:
+    """What EventBridge does with an event it could not deliver to a target after every retry of its
+    RetryPolicy (MaximumRetryAttempts, MaximumEventAgeInSeconds; EventBridge's defaults are 185 and 24 h):
+    `give_up()` sends it to the target's DeadLetterConfig queue, as AWS does, or drops it when the target has
+    none (counted in `Installed.dropped_events`, where AWS counts it in its FailedInvocations metric).
+    `after_seconds`: when, at the latest, after the first try (the retries' backoff is not modelled)."""
+
+    give_up: Callable[[str, str], None]  # (ERROR_CODE, ERROR_MESSAGE)
+    after_seconds: float
+
+
 class DeliveryFaults(Protocol):
     """What happens to an EventBridge delivery to a Lambda target instead of its being made once, now
     (spotrelay.local.chaos). `send()` makes it (and records it in `deliveries`) and returns the function
-    error, if any; the hook may call it now, later on the clock, more than once, or never."""
+    error, if any; the hook may call it now, later on the clock, more than once, or never; a delivery it
+    never makes it gives up on with `undeliverable.give_up` (the target DLQ)."""
 
-    def deliver(self, rule: str, target_arn: str, event: Mapping[str, Any], send: Callable[[], str | None]) -> None: ...
+    def deliver(
+        self,
+        rule: str,
+        target_arn: str,
+        event: Mapping[str, Any],
+        send: Callable[[], str | None],
+        undeliverable: Undeliverable,
+    ) -> None: ...
 
 
 STORE_THROTTLED = "throttled"
@@ -682,6 +702,7 @@ class Installed:
     _patcher: _Patcher
     delivery_faults: DeliveryFaults | None = None  # Lambda targets' deliveries go through it when set
     store_faults: StoreFaults | None = None  # DynamoDB writes go through it when set
+    dropped_events: int = 0  # events EventBridge gave up on for a target without a DLQ (Undeliverable)
 
     def uninstall(self) -> None:
         global _installed
@@ -915,10 +936,50 @@ def _deliver(
             return error
 
         if service == "lambda" and faults is not None:
-            faults.deliver(rule.name, arn, event, send)
+            faults.deliver(rule.name, arn, event, send, _undeliverable(rule, target, event))
         else:
             send()
     return others
+
+
+# EventBridge's RetryPolicy defaults ("Event retry policy and using dead-letter queues", EventBridge User Guide)
+DEFAULT_MAXIMUM_EVENT_AGE_SECONDS = 86_400
+DEFAULT_MAXIMUM_RETRY_ATTEMPTS = 185
+
+
+def _undeliverable(rule: Rule, target: Mapping[str, Any], event: Mapping[str, Any]) -> Undeliverable:
+    """What EventBridge does with `event` once every retry to `target` failed: to its DeadLetterConfig queue,
+    with the attributes AWS sets (RULE_ARN, TARGET_ARN, ERROR_CODE, ERROR_MESSAGE, EXHAUSTED_RETRY_CONDITION,
+    RETRY_ATTEMPTS: "Using dead-letter queues to process undelivered events", EventBridge User Guide), the
+    event as the body."""
+    policy = target.get("RetryPolicy") or {}
+    retries = int(policy.get("MaximumRetryAttempts", DEFAULT_MAXIMUM_RETRY_ATTEMPTS))
+    max_age = float(policy.get("MaximumEventAgeInSeconds", DEFAULT_MAXIMUM_EVENT_AGE_SECONDS))
+    queue_arn = (target.get("DeadLetterConfig") or {}).get("Arn")
+
+    def give_up(error_code: str, error_message: str) -> None:
+        if not queue_arn:
+            if _installed is not None:
+                _installed.dropped_events += 1
+            return
+        from moto.sqs.models import sqs_backends
+
+        _, _, _, region, account, queue_name = str(queue_arn).split(":", 5)
+        attributes = {
+            "RULE_ARN": rule.arn,
+            "TARGET_ARN": str(target["Arn"]),
+            "ERROR_CODE": error_code,
+            "ERROR_MESSAGE": error_message[:256],
+            "EXHAUSTED_RETRY_CONDITION": "MaximumRetryAttempts",
+            "RETRY_ATTEMPTS": str(retries),
+        }
+        sqs_backends[account][region].send_message(
+            queue_name,
+            json.dumps(dict(event)),
+            message_attributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
+        )
+
+    return Undeliverable(give_up=give_up, after_seconds=max_age)
 
 
 def fire_scheduled_rule(name: str, *, account_id: str, region: str, when: datetime, event_bus: str = "default") -> str:

@@ -69,6 +69,7 @@ from spotrelay.config import (
     ENV_HEARTBEAT_SECONDS,
     ENV_MAX_CONCURRENT_JOBS,
     ENV_SPOT_VCPU_QUOTAS,
+    EVENT_TARGET_DLQ_OUTPUT,
     TAG_ATTEMPT,
     TAG_JOB_ID,
 )
@@ -107,6 +108,8 @@ STALL_SECONDS = DEFAULT_STALL_SECONDS  # a deadlock detector: see spotrelay.loca
 DEFAULT_WORK_HOURS = 1.0  # a job that does not say how long it runs
 REFUSED = "EC2 refused"  # how the timeline notes a launch EC2 refused
 _GONE = {"stopping", "stopped", "shutting-down", "terminated"}
+
+EVENT_TARGETS = "event targets"  # how the operator report names the rule targets' DLQ
 
 
 # ------------------------------------------------------------------------------------------- results
@@ -739,9 +742,24 @@ class Replay:
         """An operator step, calling what the CLI command calls (spotrelay.aws.recovery)."""
         sqs = self.runtime.sqs
         if step.run is OperatorAction.REDRIVE_DLQ:
-            for function, queue_url in self._dead_letter_queues().items():
+            # What `spotrelay admin redrive` drains: each function's DLQ (Lambda's retries given up), then the
+            # rule targets' (the events EventBridge could not deliver)
+            lambda_ = self.runtime.client("lambda")
+            outputs = self.stack.outputs
+            queues: list[tuple[str, str]] = list(self._dead_letter_queues().items())
+            targets_dlq = outputs.get(EVENT_TARGET_DLQ_OUTPUT)
+            if targets_dlq is not None:
+                queues.append((EVENT_TARGETS, targets_dlq))
+            targets = {outputs[recovery.function_name_output(f)] for f in recovery.REDRIVABLE_TARGETS}
+
+            def redrive(function: str, queue_url: str) -> recovery.Redrive:
+                if function == EVENT_TARGETS:
+                    return recovery.redrive_event_targets(sqs, lambda_, queue_url=queue_url, functions=targets)
+                return recovery.redrive(sqs, lambda_, queue_url=queue_url, function_name=function)
+
+            for function, queue_url in queues:
                 before = recovery.queue_depth(sqs, queue_url)
-                done = recovery.redrive(sqs, self.runtime.client("lambda"), queue_url=queue_url, function_name=function)
+                done = redrive(function, queue_url)
                 after = recovery.queue_depth(sqs, queue_url)
                 detail = {"function": function, "depth_before": before, "found": done.found, "handled": done.handled}
                 detail |= {"failed": done.failed, "depth_after": after}

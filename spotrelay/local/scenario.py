@@ -148,7 +148,7 @@ class FunctionOutage(_Spec):
 
 
 class OperatorAction(StrEnum):
-    REDRIVE_DLQ = "redrive-dlq"  # spotrelay admin redrive: the functions' DLQs, invoked again
+    REDRIVE_DLQ = "redrive-dlq"  # spotrelay admin redrive: the functions' DLQs and the rule targets', invoked again
     REPLAY_ARCHIVE = "replay-archive"  # spotrelay admin replay-archive: StartReplay of the event archive
 
 

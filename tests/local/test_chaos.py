@@ -42,6 +42,7 @@ from spotrelay.local.chaos import (
     summary,
 )
 from spotrelay.local.lambdas import InProcessLambdas
+from spotrelay.local.patches import Undeliverable
 from spotrelay.local.workers import BOOT
 from spotrelay.models import Market, Pool
 
@@ -103,6 +104,7 @@ NO_FAULTS = ChaosOdds(
     drop=0, duplicate=0, delay=0, crash=0, task_crash=0, insufficient_capacity=0, request_limit_exceeded=0
 )
 EVENT = {"detail-type": "EC2 Spot Instance Interruption Warning", "detail": {"instance-id": "i-0abc"}}
+NOWHERE = Undeliverable(give_up=lambda code, message: None, after_seconds=3600)  # a delivery never given up on
 
 
 # ------------------------------------------------------------------------------------------ decisions
@@ -225,21 +227,29 @@ def test_seeds_are_read_as_ranges_and_lists() -> None:
 # ------------------------------------------------------------------------------------------ mechanics
 
 
-def test_a_dropped_delivery_is_never_made() -> None:
+def test_a_dropped_delivery_is_never_made_and_goes_to_the_target_dlq_when_its_retries_run_out() -> None:
     chaos, agenda = attached(ChaosOdds(drop=1.0))
     send = Sends(agenda)
-    chaos.deliver("rule", arn("ec2_events"), EVENT, send)
+    given_up: list[tuple[float, str, str]] = []
+    undeliverable = Undeliverable(
+        give_up=lambda code, message: given_up.append(((agenda.now() - START).total_seconds(), code, message)),
+        after_seconds=3600,
+    )
+    chaos.deliver("rule", arn("ec2_events"), EVENT, send, undeliverable)
     agenda.run()
     assert send.at == []
     ((injected),) = chaos.injected
     assert (injected.kind, injected.target) == (ChaosKind.DROP, "ec2_events")
     assert "i-0abc" in injected.detail
+    assert "target's DLQ 3600 s later" in injected.detail
+    [(at, code, _)] = given_up
+    assert (at, code) == (3600.0, "THROTTLING")
 
 
 def test_a_duplicated_delivery_is_made_now_and_once_more_later() -> None:
     chaos, agenda = attached(ChaosOdds(drop=0, duplicate=1.0))
     send = Sends(agenda)
-    chaos.deliver("rule", arn("dispatcher"), EVENT, send)
+    chaos.deliver("rule", arn("dispatcher"), EVENT, send, NOWHERE)
     assert send.at == [0.0]
     agenda.run()
     assert len(send.at) == 2
@@ -250,10 +260,10 @@ def test_a_duplicated_delivery_is_made_now_and_once_more_later() -> None:
 def test_a_delayed_delivery_is_made_later_on_the_clock_and_so_after_one_sent_meanwhile() -> None:
     chaos, agenda = attached(ChaosOdds(drop=0, duplicate=0, delay=1.0, max_delay_seconds=120))
     late = Sends(agenda)
-    chaos.deliver("rule", arn("ec2_events"), EVENT, late)
+    chaos.deliver("rule", arn("ec2_events"), EVENT, late, NOWHERE)
     assert late.at == []
     on_time = Sends(agenda)
-    chaos.deliver("rule", arn("reconcile"), EVENT, on_time)  # reconcile's deliveries are never delayed
+    chaos.deliver("rule", arn("reconcile"), EVENT, on_time, NOWHERE)  # reconcile's deliveries are never delayed
     agenda.run()
     assert on_time.at == [0.0]
     assert len(late.at) == 1
@@ -263,7 +273,7 @@ def test_a_delayed_delivery_is_made_later_on_the_clock_and_so_after_one_sent_mea
 def test_a_failed_asynchronous_invocation_is_retried_one_then_two_minutes_later_then_given_up() -> None:
     chaos, agenda = attached(NO_FAULTS)
     always_failing = Sends(agenda, failures=10)
-    chaos.deliver("rule", arn("ec2_events"), EVENT, always_failing)
+    chaos.deliver("rule", arn("ec2_events"), EVENT, always_failing, NOWHERE)
     agenda.run()
     first, second = ASYNC_RETRY_WAITS
     assert always_failing.at == [0.0, first, first + second]  # three attempts in all, as Lambda makes them
@@ -273,7 +283,7 @@ def test_a_failed_asynchronous_invocation_is_retried_one_then_two_minutes_later_
 def test_a_retry_that_succeeds_is_the_last() -> None:
     chaos, agenda = attached(NO_FAULTS)
     failing_once = Sends(agenda, failures=1)
-    chaos.deliver("rule", arn("dispatcher"), EVENT, failing_once)
+    chaos.deliver("rule", arn("dispatcher"), EVENT, failing_once, NOWHERE)
     agenda.run()
     assert failing_once.at == [0.0, ASYNC_RETRY_WAITS[0]]
 
@@ -287,7 +297,7 @@ def test_an_asynchronous_invocation_fails_with_a_crash_a_task_invocation_with_a_
         faults.append(chaos.fault_for(FUNCTIONS["dispatcher"]))  # one it makes: not asynchronous
         return None
 
-    chaos.deliver("rule", arn("ec2_events"), EVENT, send)
+    chaos.deliver("rule", arn("ec2_events"), EVENT, send, NOWHERE)
     own, nested = faults
     assert own is not None
     assert own.error_type == ASYNC_CRASH

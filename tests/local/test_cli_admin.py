@@ -4,6 +4,7 @@ alone, as an operator runs them after a job record was set aside as unreadable a
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.cli import app
-from spotrelay.local import LocalRuntime, VirtualClock
+from spotrelay.local import LocalRuntime, VirtualClock, patches
 from spotrelay.models import Job, parse_job_spec
 
 from .conftest import REPO_ROOT, START
@@ -159,3 +160,57 @@ def test_an_operator_redrives_the_events_eventbridge_could_not_deliver(
     clock.advance_by(timedelta(seconds=recovery.REDRIVE_VISIBILITY_SECONDS + 1))
     left = sqs.receive_message(QueueUrl=dlq, MaxNumberOfMessages=10, MessageAttributeNames=["All"])["Messages"]
     assert [m["MessageAttributes"]["TARGET_ARN"]["StringValue"] for m in left] == [arn + "someone-elses-function"]
+
+
+class GivingUp:
+    """patches.DeliveryFaults: every delivery to a Lambda target fails its retries (a throttled function)."""
+
+    def deliver(
+        self,
+        rule: str,
+        target_arn: str,
+        event: Mapping[str, Any],
+        send: Callable[[], str | None],
+        undeliverable: patches.Undeliverable,
+    ) -> None:
+        undeliverable.give_up("THROTTLING", "Rate Exceeded.")
+
+
+def test_an_event_eventbridge_gives_up_on_lands_in_the_target_dlq_as_aws_sends_it_and_is_redriven(
+    runtime: LocalRuntime, clock: VirtualClock, recorded_event: Callable[..., dict[str, Any]]
+) -> None:
+    from spotrelay.aws import recovery
+    from spotrelay.config import EVENT_TARGET_DLQ_OUTPUT
+
+    assert runtime.stack is not None
+    outputs = runtime.stack.outputs
+    ec2_events = outputs[recovery.function_name_output("ec2_events")]
+    installed = patches.installed()
+    assert installed is not None
+    installed.delivery_faults = GivingUp()
+    # Given a state change EventBridge could not deliver to ec2_events, every retry of its RetryPolicy throttled
+    event_id = runtime.put_event(recorded_event("instance-state-change-running", instance_id="i-0fedcba987654321"))
+    assert not [i for i in runtime.lambdas.invocations if i.function_name == ec2_events]
+    # Then it is in the rule targets' DLQ: the event as the body, the rule, target and error as attributes
+    sqs = runtime.client("sqs")
+    dlq = outputs[EVENT_TARGET_DLQ_OUTPUT]
+    [message] = sqs.receive_message(
+        QueueUrl=dlq, MaxNumberOfMessages=10, MessageAttributeNames=["All"], VisibilityTimeout=0
+    )["Messages"]
+    body = json.loads(message["Body"])
+    assert (body["id"], body["detail"]["instance-id"]) == (event_id, "i-0fedcba987654321")
+    attributes = {k: v["StringValue"] for k, v in message["MessageAttributes"].items()}
+    rules = runtime.client("events").list_rule_names_by_target(TargetArn=attributes["TARGET_ARN"])["RuleNames"]
+    assert attributes["TARGET_ARN"].endswith(f":function:{ec2_events}")
+    assert attributes["RULE_ARN"].rpartition("/")[2] in rules
+    assert (attributes["ERROR_CODE"], attributes["ERROR_MESSAGE"]) == ("THROTTLING", "Rate Exceeded.")
+    assert attributes["EXHAUSTED_RETRY_CONDITION"] == "MaximumRetryAttempts"
+    assert attributes["RETRY_ATTEMPTS"] == "8"  # the stack's RetryPolicy for the EC2 rules
+    # When the operator redrives, Then ec2_events handles it and the DLQ is empty
+    installed.delivery_faults = None
+    answer = run(clock, "admin", "redrive", "--json")
+    assert answer.exit_code == 0, answer.output
+    targets = json.loads(answer.stdout)[-1]
+    assert (targets["function"], targets["found"], targets["handled"]) == ("event targets", 1, 1)
+    handled = [i for i in runtime.lambdas.invocations if i.function_name == ec2_events]
+    assert [i.event["id"] for i in handled] == [event_id]

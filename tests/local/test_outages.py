@@ -18,6 +18,7 @@ from spotrelay.aws import recovery
 from spotrelay.local.chaos import SERVICE_ERROR
 from spotrelay.local.lambdas import ASYNC_RETRY_WAITS, AsynchronousInvocations, InvocationFault
 from spotrelay.local.outages import AsynchronousDeliveries, FunctionOutages, dead_letters_to_sqs
+from spotrelay.local.patches import Undeliverable
 from spotrelay.local.scenario import ScenarioError, parse_scenario
 
 from .conftest import START
@@ -69,7 +70,9 @@ def test_a_failed_asynchronous_event_is_retried_twice_then_dead_lettered() -> No
     asynchronous.dead_letter = dead_letter
     failing = Sends(agenda, failures=10)
     # When an EventBridge delivery fails every time
-    AsynchronousDeliveries(asynchronous).deliver("rule", ARN, EVENT, failing)
+    AsynchronousDeliveries(asynchronous).deliver(
+        "rule", ARN, EVENT, failing, Undeliverable(give_up=lambda code, message: None, after_seconds=3600)
+    )
     agenda.run()
     # Then three attempts, 1 and then 2 minutes apart, and the event in the DLQ with the last error
     first, second = ASYNC_RETRY_WAITS

@@ -393,8 +393,14 @@ def test_the_control_plane_down_for_30_minutes_loses_no_job(replayed: Replayed) 
     for entry in result.to_json()["jobs"]:
         for attempt in entry["attempts"]:
             assert not 0.5 <= hours_after_start(attempt["start"]) < 1.0
-    # And the redrive found the three events, handled them, and left the DLQ empty
-    [redrive] = [o for o in result.operator if o.run == "redrive-dlq"]
+    # And the redrive (ec2_events' DLQ, then the rule targets', as `spotrelay admin redrive`) found the three
+    # events, handled them, and left the DLQ empty; EventBridge gave up on no delivery
+    redrive, targets = [o for o in result.operator if o.run == "redrive-dlq"]
+    assert (targets.detail["function"], targets.detail["found"], targets.detail["depth_after"]) == (
+        "event targets",
+        0,
+        0,
+    )
     assert redrive.detail["depth_before"] == 3
     assert redrive.detail["found"] == redrive.detail["handled"] == 3
     assert redrive.detail["failed"] == 0
