@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -511,6 +510,7 @@ def logs_command(
         fail(str(e))
 
     client = connect(stack, region, endpoint_url)
+    clock = command_clock()  # every poll and the wait for the last batch (tests drive it)
     seen: dict[str, int] = {}  # event id -> its time: the lines printed that a later answer may repeat
     lines_seen = 0
     done: set[str] = set()  # the streams (attempts) whose agent said "agent done", its last line
@@ -553,14 +553,14 @@ def logs_command(
                 failures += 1
                 if not follow or e.code == USAGE or failures >= FOLLOW_MAX_FAILURES:
                     fail(str(e), e.code)
-                time.sleep(FOLLOW_POLL_SECONDS)  # a throttle or a network blip: a long follow goes on
+                clock.sleep(FOLLOW_POLL_SECONDS)  # a throttle or a network blip: a long follow goes on
                 continue
             failures = 0
             if ended and was_live:
                 # It ended while we followed: its agent sends its last batch as it exits, a few seconds on
                 # ("agent done"), or never if its instance went first (a cancel): wait that long at most.
-                ended_at = ended_at if ended_at is not None else time.monotonic()
-                finished = latest in done or time.monotonic() - ended_at > FOLLOW_END_WAIT_SECONDS
+                ended_at = ended_at if ended_at is not None else clock.monotonic()
+                finished = latest in done or clock.monotonic() - ended_at > FOLLOW_END_WAIT_SECONDS
             else:
                 finished = ended
             if not follow or finished:
@@ -584,7 +584,7 @@ def logs_command(
             was_live = was_live or not ended
             if since is not None:  # no answer goes back before `since`: forget what came before it
                 seen = {event: at for event, at in seen.items() if at >= since}
-            time.sleep(FOLLOW_POLL_SECONDS)
+            clock.sleep(FOLLOW_POLL_SECONDS)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 

@@ -61,14 +61,14 @@ class ScriptedStack:
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The command's clock (`time` as spotrelay.cli.jobs sees it), and only its: the process's own `time`,
-    which other threads of the test worker use, stays real."""
+    """The command's clock (`command_clock()`), moved on by its own sleeps only."""
     now = [0.0]
 
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    monkeypatch.setattr(jobs, "time", SimpleNamespace(sleep=sleep, monotonic=lambda: now[0]))
+    scripted = SimpleNamespace(sleep=sleep, monotonic=lambda: now[0])
+    monkeypatch.setattr(jobs, "command_clock", lambda: scripted)
     return now
 
 
