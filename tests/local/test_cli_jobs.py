@@ -98,12 +98,20 @@ def test_cancel_terminates_the_instance_and_ls_keeps_the_job_under_all(
 
 
 def test_resume_starts_a_cancelled_job_again_under_its_id_as_a_new_run(
-    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path
+    runtime: LocalRuntime, clock: VirtualClock, events_dir: Path, recorded_event: Callable[..., dict[str, Any]]
 ) -> None:
     # Given a job the user cancelled on its first instance
     job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
     (first,) = runtime.market_launches()
     assert run(clock, "cancel", job_id).exit_code == 0
+    # While its instance's end is not reported, its bill is not settled, and its limits.max_total_cost needs it
+    early = run(clock, "resume", job_id)
+    assert early.exit_code == 1
+    assert "the bill of its attempt 1 is not settled yet" in early.stderr
+    # Then EC2 reports the instance terminated (the runtime plays no instance here: the test is EC2)
+    with clock.exclusive():
+        runtime.put_event(recorded_event("instance-state-change-terminated", instance_id=first.instance_id))
+    clock.wait_quiescent()
     # When the user resumes it
     clock.advance_by(600)
     result = run(clock, "resume", job_id)
