@@ -18,6 +18,7 @@ import json
 import logging
 import sys
 import threading
+import warnings
 from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -73,6 +74,37 @@ UNSHIPPED = "log lines not shipped while CloudWatch Logs did not take them (they
 SHIP_INTERVAL_SECONDS = 5
 
 
+class _TellsDelivery:
+    """The CloudWatch Logs client, but each thread can tell whether a PutLogEvents it made got through:
+    watchtower's `_submit_batch` keeps the answer to itself, and gives up on a batch with a warning only."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.sent = threading.local()  # `.through`: one of this thread's calls got an answer since it was reset
+
+    def __getattr__(self, name: str) -> Any:  # everything else (exceptions, other calls) is the client's own
+        return getattr(self._client, name)
+
+    def put_log_events(self, **kwargs: Any) -> Any:
+        answer = self._client.put_log_events(**kwargs)
+        self.sent.through = True
+        return answer
+
+
+def _lines_in(event: dict[str, Any]) -> int:
+    """How many of the agent's lines a lost event stands for: one, or for a count of lines already missing, that
+    count. A count lost with its batch is counted again (in the next one) rather than sent again, so a count that
+    keeps failing never loops, and the number the stream finally gets still covers every line it lacks."""
+    if UNSHIPPED in event["message"]:  # a quick look first: a lost batch may be 10,000 lines
+        try:
+            line = json.loads(event["message"])
+        except ValueError:
+            return 1
+        if isinstance(line, dict) and line.get("message") == UNSHIPPED and isinstance(line.get("lines"), int):
+            return int(line["lines"])
+    return 1
+
+
 class EarlyLines(logging.Handler):
     """The agent's lines from before it can ship them (it ships with the job's credentials, which vend gives
     it first): kept in memory, at most `limit` of them (the newest), and handed to the shipper once there is
@@ -114,16 +146,32 @@ def ship_to_cloudwatch(
     from a background thread (watchtower); returns the handler, whose close() sends what is left. The log
     group is the stack's: never created here. Failures to deliver are warnings, never the job's problem:
     while CloudWatch Logs does not take them, at most `max_queued` lines wait (beyond watchtower's batch in
-    flight), later ones are left to the journal and counted, and the stream says how many once lines flow
-    again. `logger`: the agent's (spotrelay.agent) unless given. `create_stream=False`: the stream exists
-    already (vend made it: the job's credentials may write to it but not create it)."""
+    flight), later ones are left to the journal and counted, and so are those of a batch watchtower gives up
+    on; the stream says how many once lines flow again (or at close). `logger`: the agent's (spotrelay.agent)
+    unless given. `create_stream=False`: the stream exists already (vend made it: the job's credentials may
+    write to it but not create it)."""
     import watchtower
 
     class BoundedHandler(watchtower.CloudWatchLogHandler):
-        """watchtower's handler with a bounded queue: its own grows without end while sends fail."""
+        """watchtower's handler with a bounded queue: its own grows without end while sends fail. And with the
+        lines of the batches it gives up on counted: it drops them with a warning only.
 
-        dropped = 0
+        Relies on watchtower 3.4.0 internals (besides `queues`, `threads` and `creating_log_stream`): its sender
+        thread hands each batch, a list of {"timestamp", "message"} events, to `_submit_batch`, which calls
+        `cwl_client.put_log_events` until one answers (5 tries in a row) and otherwise only warns; and `flush()`
+        returns once the sender has submitted everything queued before it."""
+
+        dropped = 0  # lines left out at the bound (on the agent's threads, under the handler's lock)
+        lost = 0  # lines of batches given up on (on watchtower's thread, under `tally`)
         last: logging.LogRecord | None = None  # the latest line given: its job id and attempt label the count
+        cwl_client: Any  # watchtower's (untyped): the client it calls, here the one given, wrapped
+
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            # Its own lock, not the handler's: logging.shutdown() holds that one while close() waits for the
+            # sender, which would then wait for it to count a lost batch
+            self.tally = threading.Lock()
+            self.delivery = self.cwl_client = _TellsDelivery(client)
 
         def emit(self, record: logging.LogRecord) -> None:
             waiting = self.queues.get(stream)
@@ -136,7 +184,7 @@ def ship_to_cloudwatch(
                     sys.stderr.write(json.dumps(note | {"log_group": log_group, "stream": stream}) + "\n")
                 self.dropped += 1
                 return
-            if self.dropped:
+            if self.dropped or self.lost:
                 self._count_dropped()
             self._put(record)
 
@@ -149,10 +197,32 @@ def ship_to_cloudwatch(
                 return
             super().emit(record)  # type: ignore[no-untyped-call]
 
+        def _submit_batch(self, batch: list[dict[str, Any]], log_stream_name: str, max_retries: int = 5) -> None:
+            """watchtower's, on its sender thread, but a batch it gives up on (every try failed) is counted, to
+            be told in the stream with the lines left out at the bound: whichever way they were lost, the
+            stream says how many lines it lacks."""
+            if not batch:  # the sender's every interval, lines or not
+                return
+            sent = self.delivery.sent
+            sent.through = False
+            try:
+                super()._submit_batch(batch, log_stream_name, max_retries)  # type: ignore[no-untyped-call]
+            except Exception as e:
+                # watchtower 3.4.0 lets out an error that is not a ClientError from the CreateLogStream it makes
+                # when the stream is not there (a connection error, say): that would end its sender, and every
+                # later line would wait in the queue until close gave up on it. The batch is lost like any other
+                warnings.warn(f"Failed to deliver logs: {e}", watchtower.WatchtowerWarning, stacklevel=1)
+            if not sent.through:
+                lines = sum(map(_lines_in, batch))
+                with self.tally:
+                    self.lost += lines
+
         def _count_dropped(self) -> None:
+            with self.tally:
+                lost, self.lost = self.lost, 0
             dropped, self.dropped = self.dropped, 0
             note = logging.LogRecord(LOGGER_NAME, logging.WARNING, __file__, 0, UNSHIPPED, None, None)
-            note.lines = dropped
+            note.lines = dropped + lost
             for key in ("job_id", "attempt"):  # the agent's lines carry them: so does this one
                 setattr(note, key, getattr(self.last, key, None))
             if self.last is not None:
@@ -164,9 +234,14 @@ def ship_to_cloudwatch(
             self._put(note)
 
         def close(self) -> None:
+            if self.shutting_down:  # closed already: nothing more is sent
+                super().close()  # type: ignore[no-untyped-call]
+                return
+            # What is queued, and the batch in flight, are sent first: a batch lost last is counted below
+            self.flush()  # type: ignore[no-untyped-call]
             self.acquire()
             try:
-                if self.dropped:  # the last lines were the ones left out: say so before the end
+                if self.dropped or self.lost:  # the last lines were the ones lost: say so before the end
                     self._count_dropped()
             finally:
                 self.release()

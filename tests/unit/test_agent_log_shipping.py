@@ -10,15 +10,22 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 import spotrelay.agent.logs
-from spotrelay.agent.logs import AGENT_DONE, UNSHIPPED, EarlyLines, JobLogger, ship_to_cloudwatch
+from spotrelay.agent.logs import (
+    AGENT_DONE,
+    UNSHIPPED,
+    EarlyLines,
+    JobLogger,
+    JsonLineFormatter,
+    ship_to_cloudwatch,
+)
 
 
 class StalledLogs:
@@ -200,6 +207,156 @@ def test_lines_logged_while_watchtower_recreates_the_stream_are_shipped(monkeypa
         client.created.set()
     # Then every line arrives, in order
     assert [event.get("line") for event in client.shipped] == ["first", *(f"during {n}" for n in range(20))]
+
+
+def network_down() -> Exception:
+    return EndpointConnectionError(endpoint_url="https://logs.us-east-1.amazonaws.com/")
+
+
+def service_unavailable() -> Exception:
+    return ClientError({"Error": {"Code": "ServiceUnavailableException", "Message": "try later"}}, "PutLogEvents")
+
+
+class FailingLogs:
+    """CloudWatch Logs that fails every PutLogEvents (each of watchtower's tries of a batch) while `down` is set,
+    and every one carrying a line of `refused` (the job output lines given); takes the rest."""
+
+    class exceptions(LostStreamLogs.exceptions):  # boto3 client attribute
+        class OperationAbortedException(ClientError):
+            pass
+
+    def __init__(self, error: Callable[[], Exception]) -> None:
+        self.error = error
+        self.down = threading.Event()
+        self.refused: set[str] = set()
+        self.failed = 0
+        self.shipped: list[dict[str, Any]] = []
+
+    def create_log_stream(self, **kwargs: Any) -> dict[str, Any]:
+        return {}
+
+    def release(self) -> None:
+        self.down.clear()
+
+    def put_log_events(self, **kwargs: Any) -> dict[str, Any]:
+        events = [json.loads(event["message"]) for event in kwargs["logEvents"]]
+        if self.down.is_set() or any(event.get("line") in self.refused for event in events):
+            self.failed += 1
+            raise self.error()
+        self.shipped.extend(events)
+        return {"nextSequenceToken": "t"}
+
+
+@pytest.mark.filterwarnings("ignore:Failed to deliver logs")
+@pytest.mark.parametrize("error", [network_down, service_unavailable])
+def test_a_batch_watchtower_gives_up_on_is_counted_and_the_stream_says_so_once_sends_succeed(
+    monkeypatch: pytest.MonkeyPatch, error: Callable[[], Exception]
+) -> None:
+    client = FailingLogs(error)
+    with shipping(client, monkeypatch) as (log, handler):
+        # Given CloudWatch Logs failing every PutLogEvents while the job prints 3 lines
+        client.down.set()
+        for n in range(3):
+            log.info("job output", extra={"line": f"lost {n}"})
+        handler.flush()  # watchtower's sender has tried their batch, every time it would, and given up on it
+        assert client.failed >= 5
+        assert client.shipped == []
+
+        # When CloudWatch Logs takes lines again, and the job prints another
+        client.down.clear()
+        log.info("job output", extra={"line": "after"})
+    # Then that line comes after a count of the 3 lost
+    assert [event.get("line") for event in client.shipped] == [None, "after"]
+    note, after = client.shipped
+    assert note["message"] == UNSHIPPED
+    assert note["lines"] == 3
+    assert (note["job_id"], note["attempt"]) == ("job-1", 1)
+    assert note["time"] == after["time"]  # stamped with the line it comes with, so it sorts right before it
+
+
+@pytest.mark.filterwarnings("ignore:Failed to deliver logs")
+def test_a_batch_lost_last_is_counted_in_a_note_at_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = FailingLogs(network_down)
+    with shipping(client, monkeypatch) as (log, handler):
+        journal = EarlyLines()  # the lines as the journal has them
+        log.logger.addHandler(journal)
+        log.info("job output", extra={"line": "first"})
+        handler.flush()
+        # Given the job's last lines, whose batch CloudWatch Logs fails every time watchtower sends it
+        client.refused = {f"last {n}" for n in range(3)}
+        for n in range(3):
+            log.info("job output", extra={"line": f"last {n}"})
+        # When the agent closes the handler right away (while the batch may not have been sent yet), and
+        # CloudWatch Logs takes what comes after it
+    # Then the stream ends with a count of the 3, stamped with the last of them
+    assert [event.get("line") for event in client.shipped] == ["first", None]
+    note = client.shipped[-1]
+    assert note["message"] == UNSHIPPED
+    assert note["lines"] == 3
+    assert (note["job_id"], note["attempt"]) == ("job-1", 1)
+    assert note["time"] == json.loads(JsonLineFormatter().format(journal.lines[-1]))["time"]
+
+
+@pytest.mark.filterwarnings("ignore:Failed to deliver logs")
+def test_a_count_lost_with_its_batch_is_counted_again_not_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = FailingLogs(service_unavailable)
+    with shipping(client, monkeypatch) as (log, handler):
+        # Given a batch of 3 lines lost while CloudWatch Logs fails every PutLogEvents
+        client.down.set()
+        for n in range(3):
+            log.info("job output", extra={"line": f"lost {n}"})
+        handler.flush()
+        # When the next line goes with a count of them, in a batch lost too
+        log.info("job output", extra={"line": "lost 3"})
+        handler.flush()
+        failed = client.failed
+        handler.flush()  # nothing left to send: the lost count is not sent again on its own
+        assert client.failed == failed
+        # And CloudWatch Logs takes lines again
+        client.down.clear()
+        log.info("job output", extra={"line": "after"})
+    # Then the one count the stream gets covers all 4 lines lost
+    assert [event.get("line") for event in client.shipped] == [None, "after"]
+    assert client.shipped[0]["message"] == UNSHIPPED
+    assert client.shipped[0]["lines"] == 4
+
+
+class UnreachableStreamLogs(LostStreamLogs):
+    """LostStreamLogs (its stream not there at first), whose first CreateLogStream from watchtower's sender
+    fails on the network (not a ClientError); the next one makes it."""
+
+    class exceptions(LostStreamLogs.exceptions):  # boto3 client attribute
+        class OperationAbortedException(ClientError):
+            pass
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created.set()
+        self.unreachable = True
+
+    def create_log_stream(self, **kwargs: Any) -> dict[str, Any]:
+        if self.boot_attempts and self.unreachable:
+            self.unreachable = False
+            raise network_down()
+        return super().create_log_stream(**kwargs)
+
+
+@pytest.mark.filterwarnings("ignore:Failed to deliver logs")
+def test_a_batch_lost_to_an_error_watchtower_lets_out_is_counted_and_shipping_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = UnreachableStreamLogs()
+    with shipping(client, monkeypatch) as (log, handler):
+        # Given a batch whose send finds no stream, and whose CreateLogStream then fails on the network
+        for n in range(3):
+            log.info("job output", extra={"line": f"lost {n}"})
+        handler.flush()
+        # When the job prints another line
+        log.info("job output", extra={"line": "after"})
+    # Then watchtower's sender is still there to send it (the stream made this time), after a count of the 3
+    assert [event.get("line") for event in client.shipped] == [None, "after"]
+    assert client.shipped[0]["message"] == UNSHIPPED
+    assert client.shipped[0]["lines"] == 3
 
 
 class WriteOnlyLogs(StalledLogs):
