@@ -198,50 +198,56 @@ class DeadLetterAlarms(Construct):
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         self.arrival_alarms: dict[str, cloudwatch.Alarm] = {}
         for name, (queue, description) in descriptions.items():
-            alarm = cloudwatch.Alarm(
-                self,
-                f"{''.join(part.capitalize() for part in name.split('-'))}Alarm",
-                alarm_name=f"{alarm_prefix}{name}",
-                alarm_description=description,
-                metric=queue.metric_approximate_number_of_messages_visible(
-                    period=DEAD_LETTER_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
-                ),
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            construct_id = "".join(part.capitalize() for part in name.split("-"))
+            visible = queue.metric_approximate_number_of_messages_visible(
+                period=DEAD_LETTER_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
             )
-            alarm.add_alarm_action(action)
-            self.alarms[name] = alarm
+            self.alarms[name] = self._alarm(
+                f"{construct_id}Alarm", f"{alarm_prefix}{name}", description, visible, action
+            )
             # The depth rising from one 5-minute period to the next: it fires again for every new arrival,
             # however many wait already, and is OK again once the depth stops rising. (NumberOfMessagesSent
             # would miss the job queue's: SQS does not count a message its redrive policy moves to a DLQ,
             # "Available CloudWatch metrics for Amazon SQS", Amazon SQS Developer Guide.)
-            arrivals = cloudwatch.Alarm(
-                self,
-                f"{''.join(part.capitalize() for part in name.split('-'))}NewAlarm",
-                alarm_name=f"{alarm_prefix}{name}{NEW_DEAD_LETTERS_SUFFIX}",
-                alarm_description=f"New dead letters since the last 5 minutes. {description}"[:1024],
-                metric=cloudwatch.MathExpression(
-                    expression="DIFF(visible)",
-                    using_metrics={
-                        "visible": queue.metric_approximate_number_of_messages_visible(
-                            period=DEAD_LETTER_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
-                        )
-                    },
-                    period=DEAD_LETTER_PERIOD,
-                    label=f"{name}: new dead letters",
-                ),
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            rising = cloudwatch.MathExpression(
+                expression="DIFF(visible)",
+                using_metrics={"visible": visible},
+                period=DEAD_LETTER_PERIOD,
+                label=f"{name}: new dead letters",
             )
-            arrivals.add_alarm_action(action)
-            self.arrival_alarms[name] = arrivals
+            self.arrival_alarms[name] = self._alarm(
+                f"{construct_id}NewAlarm",
+                f"{alarm_prefix}{name}{NEW_DEAD_LETTERS_SUFFIX}",
+                f"New dead letters since the last 5 minutes. {description}",
+                rising,
+                action,
+            )
         CfnOutput(
             stack,
             ALARM_TOPIC_OUTPUT,
             value=self.topic.topic_arn,
             description="Subscribe here: an alarm for every message in a dead-letter queue (the README's runbook)",
         )
+
+    def _alarm(
+        self,
+        construct_id: str,
+        name: str,
+        description: str,
+        metric: cloudwatch.IMetric,
+        action: cloudwatch.IAlarmAction,
+    ) -> cloudwatch.Alarm:
+        """A dead-letter alarm: at 1 or more, over one period; no data is no alarm; it notifies `action`."""
+        alarm = cloudwatch.Alarm(
+            self,
+            construct_id,
+            alarm_name=name,
+            alarm_description=description[:1024],  # CloudWatch's limit
+            metric=metric,
+            threshold=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        alarm.add_alarm_action(action)
+        return alarm
