@@ -18,7 +18,8 @@ job (its record holds no spec to run); one that failed Unschedulable (no type of
 would fail again at admission) or CheckpointCorrupt (its newest checkpoint failed verification: the new
 run would restore it again); a job whose cost has reached its `max_total_cost`, or may have (a budgeted
 job with an attempt whose bill is not settled yet: until EC2 reports its instance gone it counts at its
-launch price, and a spot price that rose meanwhile is not in `cost_usd` yet); one resumed
+launch price, and a spot price that rose meanwhile is not in `cost_usd` yet; refused until the report is
+ORPHAN_GRACE_SECONDS overdue, then the new run's reconcile settles it); one resumed
 `MAX_RUNS - 1` times already; and one whose previous run is still ending: its execution still RUNNING, or
 stopped or timed out less than RESUME_SETTLE_SECONDS after the job ended. Stopping an execution (what
 cancel does) does not stop a step Lambda it had invoked: that step runs on for up to its function's
@@ -42,6 +43,7 @@ from spotrelay.config import ERROR_CHECKPOINT_CORRUPT
 from spotrelay.control.dispatcher import INVALID_JOB, UNSCHEDULABLE
 from spotrelay.control.jobs import update_job
 from spotrelay.control.ports import Clock, JobStore, NotFoundError, Wakeup, Workflow
+from spotrelay.control.reconcile import ORPHAN_GRACE_SECONDS
 from spotrelay.models import Job, JobState
 from spotrelay.models.records import MAX_RUNS
 from spotrelay.models.state import RESUMABLE_STATES
@@ -153,13 +155,21 @@ def _check_resumable(job: Job, store: JobStore, workflow: Workflow, now: datetim
             "(submit it again with a higher limit)"
         )
     if limit is not None:
-        # Until its instance's end is reported, an ended attempt counts at its launch price (Attempt.cost):
-        # a spot price that rose would let a job over its budget run again
-        unsettled = [a.attempt for a in store.attempts(job.job_id) if a.outcome is not None and not a.is_settled]
-        if unsettled:
+        # Until its instance's end is reported, an ended attempt counts at its launch price (Attempt.cost): a
+        # spot price that rose would let a job over its budget run again. The report is on its way for
+        # ORPHAN_GRACE_SECONDS after the attempt ended; after that it was lost, and the resumed run's reconcile
+        # settles the bill (`_settle_missed_bills`) and counts it in the budget at the prices in effect.
+        reports_due = {
+            a.attempt: a.ended_at + timedelta(seconds=ORPHAN_GRACE_SECONDS)
+            for a in store.attempts(job.job_id)
+            if a.outcome is not None and not a.is_settled and a.ended_at is not None
+        }
+        waiting = {number: due for number, due in reports_due.items() if now < due}
+        if waiting:
+            number = max(waiting)
             raise _Refused(
-                f"the bill of its attempt {unsettled[-1]} is not settled yet (EC2 has not reported its instance "
-                f"gone), and limits.max_total_cost ${limit:.2f} needs it: try again in a few minutes"
+                f"the bill of its attempt {number} is not settled yet (EC2 has not reported its instance gone), "
+                f"and limits.max_total_cost ${limit:.2f} needs it: try again after {max(waiting.values()):%H:%M:%S} UTC"
             )
     if job.run >= MAX_RUNS:
         raise _Refused(f"it has run {job.run} times, the most a job may")

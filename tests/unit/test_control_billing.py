@@ -27,6 +27,7 @@ from fakes import FakeCompute
 
 from spotrelay.aws.stack import JobStatus
 from spotrelay.control.ec2_events import Ec2Event
+from spotrelay.control.reconcile import ORPHAN_GRACE_SECONDS
 from spotrelay.control.resume import RESUME_SETTLE_SECONDS
 from spotrelay.models import AttemptOutcome, PriceQuote
 
@@ -270,6 +271,8 @@ def test_a_budgeted_job_resumes_only_once_its_bills_are_settled_and_under_its_bu
     assert result.refused is not None
     assert "attempt 1 is not settled yet" in result.refused
     assert "limits.max_total_cost $1.50" in result.refused
+    due = T0 + timedelta(hours=3, seconds=ORPHAN_GRACE_SECONDS)
+    assert f"try again after {due:%H:%M:%S} UTC" in result.refused
     assert world.job().state.value == "FAILED"
     # And once the termination settles it at the prices in effect, the budget refuses it
     world.handle(gone(events_dir, world, T0 + timedelta(hours=3)))
@@ -277,3 +280,25 @@ def test_a_budgeted_job_resumes_only_once_its_bills_are_settled_and_under_its_bu
     result = world.resume()
     assert result.refused is not None
     assert "it has cost $1.75 of its limits.max_total_cost $1.50" in result.refused
+
+
+def test_a_budgeted_job_whose_termination_report_was_lost_resumes_and_its_run_spends_nothing_past_the_budget() -> None:
+    # Given the job above, failed over budget, whose instance's `terminated` state change never comes
+    world = World()
+    world.running(limits={"max_total_cost": 1.5})
+    doubles_at(world, T0 + timedelta(hours=1))
+    world.advance(hours=3)
+    world.finalize(outcome="FAILED", error="BudgetExhausted", cause="spent $1.75")
+    world.workflow.executions["train-1"].status = "FAILED"
+    # When the user resumes it once the report is overdue (not refused for ever: it was lost)
+    world.advance(seconds=ORPHAN_GRACE_SECONDS)
+    result = world.resume()
+    assert result.resumed, result.refused
+    # Then the new run's reconcile settles the bill at the prices in effect, and Place has no budget left to
+    # launch with
+    assert world.dispatch().admitted == ["train-1"]
+    world.reconcile()
+    assert world.attempt().cost_usd == pytest.approx(1.75)
+    assert world.job().cost_usd == pytest.approx(1.75)
+    assert world.place().action != "launch"
+    assert len(world.compute.launches) == 1
