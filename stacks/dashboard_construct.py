@@ -205,21 +205,34 @@ class DeadLetterAlarms(Construct):
             self.alarms[name] = self._alarm(
                 f"{construct_id}Alarm", f"{alarm_prefix}{name}", description, visible, action
             )
-            # The depth rising from one 5-minute period to the next: it fires again for every new arrival,
-            # however many wait already, and is OK again once the depth stops rising. (NumberOfMessagesSent
-            # would miss the job queue's: SQS does not count a message its redrive policy moves to a DLQ,
-            # "Available CloudWatch metrics for Amazon SQS", Amazon SQS Developer Guide.)
-            rising = cloudwatch.MathExpression(
-                expression="DIFF(visible)",
-                using_metrics={"visible": visible},
-                period=DEAD_LETTER_PERIOD,
-                label=f"{name}: new dead letters",
-            )
+            # A second alarm, on each new arrival: it fires again however many wait already, and is OK once
+            # none arrive. Lambda and EventBridge put their dead letters with SendMessage, which
+            # NumberOfMessagesSent counts; a message the job queue's redrive policy moves is not counted there
+            # ("Available CloudWatch metrics for Amazon SQS", Amazon SQS Developer Guide), so for that DLQ it is
+            # its depth rising from one period to the next, the messages in flight included (a redrive that
+            # hides them for a period is no arrival). (A message deleted in the period one arrives hides it.)
+            arrivals: cloudwatch.IMetric
+            if name == "job-queue":
+                arrivals = cloudwatch.MathExpression(
+                    expression="DIFF(visible + hidden)",
+                    using_metrics={
+                        "visible": visible,
+                        "hidden": queue.metric_approximate_number_of_messages_not_visible(
+                            period=DEAD_LETTER_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+                        ),
+                    },
+                    period=DEAD_LETTER_PERIOD,
+                    label=f"{name}: new dead letters",
+                )
+            else:
+                arrivals = queue.metric_number_of_messages_sent(
+                    period=DEAD_LETTER_PERIOD, statistic=cloudwatch.Stats.SUM
+                )
             self.arrival_alarms[name] = self._alarm(
                 f"{construct_id}NewAlarm",
                 f"{alarm_prefix}{name}{NEW_DEAD_LETTERS_SUFFIX}",
-                f"New dead letters since the last 5 minutes. {description}",
-                rising,
+                f"New dead letters in the last 5 minutes. {description}",
+                arrivals,
                 action,
             )
         CfnOutput(
@@ -242,7 +255,7 @@ class DeadLetterAlarms(Construct):
             self,
             construct_id,
             alarm_name=name,
-            alarm_description=description[:1024],  # CloudWatch's limit
+            alarm_description=description,
             metric=metric,
             threshold=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,

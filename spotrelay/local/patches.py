@@ -970,7 +970,7 @@ def _undeliverable(rule: Rule, target: Mapping[str, Any], event: Mapping[str, An
             "TARGET_ARN": str(target["Arn"]),
             "ERROR_CODE": error_code,
             "ERROR_MESSAGE": error_message[:256],
-            "EXHAUSTED_RETRY_CONDITION": "MaximumRetryAttempts",
+            "EXHAUSTED_RETRY_CONDITION": "MaximumEventAgeInSeconds",  # given up on after_seconds, the age
             "RETRY_ATTEMPTS": str(retries),
         }
         sqs_backends[account][region].send_message(

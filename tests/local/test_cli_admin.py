@@ -204,7 +204,7 @@ def test_an_event_eventbridge_gives_up_on_lands_in_the_target_dlq_as_aws_sends_i
     assert attributes["TARGET_ARN"].endswith(f":function:{ec2_events}")
     assert attributes["RULE_ARN"].rpartition("/")[2] in rules
     assert (attributes["ERROR_CODE"], attributes["ERROR_MESSAGE"]) == ("THROTTLING", "Rate Exceeded.")
-    assert attributes["EXHAUSTED_RETRY_CONDITION"] == "MaximumRetryAttempts"
+    assert attributes["EXHAUSTED_RETRY_CONDITION"] == "MaximumEventAgeInSeconds"
     assert attributes["RETRY_ATTEMPTS"] == "8"  # the stack's RetryPolicy for the EC2 rules
     # When the operator redrives, Then ec2_events handles it and the DLQ is empty
     installed.delivery_faults = None
