@@ -252,16 +252,21 @@ def test_reconcile_reads_each_pools_price_history_once_a_run_for_all_its_budgete
     assert len(world.compute.history_requests) == asked + 2
 
 
-def test_a_budgeted_job_resumes_only_once_its_bills_are_settled_and_under_its_budget(events_dir: Path) -> None:
-    # Given a job with a $1.50 budget, launched at $0.35/h, whose pool's price doubles an hour in; reconcile
-    # fails it over budget three hours in (1 h at $0.35 + 2 h at $0.70 = $1.75), before EC2 reports its
-    # instance gone
+def failed_over_budget() -> World:
+    """A job with a $1.50 budget, launched at $0.35/h, whose pool's price doubles an hour in, failed over budget
+    three hours in (1 h at $0.35 + 2 h at $0.70 = $1.75), before EC2 reports its instance gone."""
     world = World()
     world.running(limits={"max_total_cost": 1.5})
     doubles_at(world, T0 + timedelta(hours=1))
     world.advance(hours=3)
     world.finalize(outcome="FAILED", error="BudgetExhausted", cause="spent $1.75")
     world.workflow.executions["train-1"].status = "FAILED"
+    return world
+
+
+def test_a_budgeted_job_resumes_only_once_its_bills_are_settled_and_under_its_budget(events_dir: Path) -> None:
+    # Given a job failed over budget before EC2 reported its instance gone
+    world = failed_over_budget()
     world.advance(seconds=RESUME_SETTLE_SECONDS)
     # At the launch price the job seems to have cost $1.05, under its budget
     assert world.job().cost_usd == pytest.approx(3 * LAUNCH_PRICE)
@@ -284,12 +289,7 @@ def test_a_budgeted_job_resumes_only_once_its_bills_are_settled_and_under_its_bu
 
 def test_a_budgeted_job_whose_termination_report_was_lost_resumes_and_its_run_spends_nothing_past_the_budget() -> None:
     # Given the job above, failed over budget, whose instance's `terminated` state change never comes
-    world = World()
-    world.running(limits={"max_total_cost": 1.5})
-    doubles_at(world, T0 + timedelta(hours=1))
-    world.advance(hours=3)
-    world.finalize(outcome="FAILED", error="BudgetExhausted", cause="spent $1.75")
-    world.workflow.executions["train-1"].status = "FAILED"
+    world = failed_over_budget()
     # When the user resumes it once the report is overdue (not refused for ever: it was lost)
     world.advance(seconds=ORPHAN_GRACE_SECONDS)
     result = world.resume()
