@@ -5,8 +5,9 @@ Modules: `agent` (the loop), `main` (the wiring behind `spotrelay agent`), `imds
 `checkpoints` (what changed, what to upload, restore verification; no AWS), `checkpointer` (the
 order of the writes: data, manifest, pointer), `confined` (the job's checkpoint dir read and written
 as root without following what the job planted there), `runner` and `supervise` (the job's process),
-`state` (the state file that survives a restart), `task_tokens`, `logs`, `bench`
-(`python -m spotrelay.agent.bench`). The S3 side is `spotrelay.aws.checkpoints`.
+`state` (the state file that survives a restart), `logs`, `bench` (`python -m spotrelay.agent.bench`),
+`ports` (what the agent needs of AWS, as Protocols). The AWS side is `spotrelay.aws.checkpoints`,
+`spotrelay.aws.store` and `spotrelay.aws.task_tokens`, wired in by `main` and `bench` only.
 
 This package's top level stays free of boto3 and pydantic imports: `python -m
 spotrelay.agent.supervise` imports it, once per job, for a process that lives as long as the job.

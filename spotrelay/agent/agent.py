@@ -80,7 +80,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,22 +88,20 @@ from spotrelay.agent.checkpointer import (
     CheckpointCancelled,
     Checkpointer,
     CheckpointerState,
-    CheckpointPointers,
     CheckpointResult,
-    CheckpointStorage,
     CheckpointTampered,
     CheckpointUnstable,
 )
 from spotrelay.agent.checkpoints import (
     DEFAULT_REFRESH_AFTER,
     PROGRESS_FILE_NAME,
-    CheckpointIntegrityError,
     scan_checkpoint_dir,
     tail_lines,
 )
 from spotrelay.agent.confined import ConfinedDir, RestoreIncomplete, open_directory
-from spotrelay.agent.imds import ImdsError, InstanceAction, RebalanceRecommendation
+from spotrelay.agent.imds import ImdsError
 from spotrelay.agent.logs import JobLogger
+from spotrelay.agent.ports import AgentStore, CheckpointIntegrityError, CheckpointStorage, InstanceMetadata, TaskTokens
 from spotrelay.agent.runner import (
     JobHandle,
     JobRunner,
@@ -139,30 +137,6 @@ STANDBY_WAIT_SECONDS = 1800.0
 REPORTED = "reported on the task token"
 CLOSED_FIRST_KEPT = "the control plane closed this attempt first: its finished work is kept as the final checkpoint"
 CLOSED_FIRST = "the control plane closed this attempt first: nothing more to report"
-
-
-class AgentStore(CheckpointPointers, Protocol):
-    """What the agent reads and writes in the job table (GetItem and a conditional PutItem only)."""
-
-    def get_job(self, job_id: str) -> tuple[Job, int]: ...
-
-    def get_attempt(self, job_id: str, attempt: int) -> Attempt: ...
-
-
-class InstanceMetadata(Protocol):
-    def instance_action(self) -> InstanceAction | None: ...
-
-    def rebalance_recommendation(self) -> RebalanceRecommendation | None: ...
-
-
-class TaskTokens(Protocol):
-    """Each returns False when the token is already closed."""
-
-    def heartbeat(self, task_token: str) -> bool: ...
-
-    def succeed(self, task_token: str, output: dict[str, Any]) -> bool: ...
-
-    def fail(self, task_token: str, error: str, cause: str) -> bool: ...
 
 
 # --- settings and results ---------------------------------------------------------------------------

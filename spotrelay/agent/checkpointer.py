@@ -43,19 +43,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Protocol
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from spotrelay.agent.checkpoints import (
     DEFAULT_REFRESH_AFTER,
     STAGING_PREFIX,
-    CheckpointIntegrityError,
     FileAction,
     IndexedFile,
     LocalFile,
     PlannedFile,
-    TransferCancelled,
     checkpoint_prefix,
     files_to_hash,
     local_file,
@@ -80,34 +77,10 @@ from spotrelay.agent.confined import (
     reason,
 )
 from spotrelay.agent.logs import LOGGER_NAME
+from spotrelay.agent.ports import CheckpointIntegrityError, CheckpointPointers, CheckpointStorage, TransferCancelled
 from spotrelay.clock import SYSTEM_CLOCK, ClockEvent
 from spotrelay.control.ports import CheckpointPointer
 from spotrelay.models import CheckpointManifest
-
-
-class CheckpointStorage(Protocol):
-    """The checkpoint bucket (`spotrelay.aws.checkpoints.S3CheckpointStorage`)."""
-
-    def upload(self, items: Sequence[tuple[Path, str]], cancel: ClockEvent | None = None) -> list[str]: ...
-
-    def copy(self, items: Sequence[tuple[str, str]], cancel: ClockEvent | None = None) -> list[str]: ...
-
-    def download(self, items: Sequence[tuple[str, Path]]) -> None: ...
-
-    def put_manifest(self, manifest: CheckpointManifest) -> str: ...
-
-    def read_manifest(self, key: str) -> CheckpointManifest: ...
-
-    def last_modified(self, keys: Sequence[str]) -> dict[str, datetime]: ...
-
-
-class CheckpointPointers(Protocol):
-    """The part of `JobStore` that holds the job's checkpoint pointer."""
-
-    def advance_checkpoint(self, pointer: CheckpointPointer) -> bool: ...
-
-    def get_checkpoint(self, job_id: str) -> CheckpointPointer | None: ...
-
 
 MAX_LEFT_OUT_WARNINGS = 20  # one line per entry left out, then one line with how many more
 

@@ -349,23 +349,6 @@ def same_contents(a: CheckpointManifest, b: CheckpointManifest) -> bool:
 # --- restore ----------------------------------------------------------------------------------------
 
 
-class TransferCancelled(Exception):
-    """A batch of transfers was cancelled; `completed` are the keys that finished before that."""
-
-    def __init__(self, completed: list[str]) -> None:
-        super().__init__(f"cancelled after {len(completed)} transfer(s)")
-        self.completed = completed
-
-
-class CheckpointIntegrityError(Exception):
-    """A checkpoint's bytes do not match its manifest: never resume from it."""
-
-    def __init__(self, where: str, problems: list[str]) -> None:
-        super().__init__(f"{where}: {'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}")
-        self.where = where
-        self.problems = problems
-
-
 def verify_file(root: ConfinedDir, expected: CheckpointFile) -> str | None:
     """Why the file at `expected.path` under `root` is not `expected` (size, then sha256), or None if it is."""
     try:

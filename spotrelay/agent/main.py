@@ -228,9 +228,9 @@ def _run(
     config: Config,
     job_user: JobUser | None,
 ) -> int:
-    from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
     from spotrelay.aws.checkpoints import S3CheckpointStorage
     from spotrelay.aws.store import DynamoJobStore
+    from spotrelay.aws.task_tokens import StepFunctionsTaskTokens
 
     agent = Agent(
         job_id=job_id,

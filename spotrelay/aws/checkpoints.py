@@ -32,7 +32,7 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 from s3transfer.subscribers import BaseSubscriber
 
-from spotrelay.agent.checkpoints import CheckpointIntegrityError, TransferCancelled
+from spotrelay.agent.ports import CheckpointIntegrityError, TransferCancelled
 from spotrelay.clock import ClockEvent
 from spotrelay.field_problems import field_problems
 from spotrelay.models import CheckpointManifest

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from spotrelay.agent.checkpoints import TransferCancelled
+from spotrelay.agent.ports import TransferCancelled
 from spotrelay.clock import ClockEvent, WaitingClock
 from spotrelay.market import parse_duration
 

@@ -59,10 +59,10 @@ from typing import Any
 
 from moto.moto_api._internal import mock_random
 
-from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
 from spotrelay.aws import recovery
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
+from spotrelay.aws.task_tokens import StepFunctionsTaskTokens
 from spotrelay.config import (
     ENV_BLOCK_MINUTES,
     ENV_BUDGET_USD_PER_HOUR,

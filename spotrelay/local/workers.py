@@ -43,9 +43,9 @@ from spotrelay.agent.agent import CLOSED_FIRST, CLOSED_FIRST_KEPT, REPORTED, Age
 from spotrelay.agent.imds import ImdsClient
 from spotrelay.agent.logs import LOGGER_NAME
 from spotrelay.agent.main import wait_for_credentials
-from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
+from spotrelay.aws.task_tokens import StepFunctionsTaskTokens
 from spotrelay.catalog import INSTANCE_TYPES, relative_speed
 from spotrelay.clock import ClockEvent, ClockThread
 from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID

@@ -24,13 +24,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotrelay.agent.agent import Agent, AgentResult, AgentSettings, AgentStore
+from spotrelay.agent.agent import Agent, AgentResult, AgentSettings
 from spotrelay.agent.checkpointer import Checkpointer
 from spotrelay.agent.imds import ImdsClient
 from spotrelay.agent.logs import LOGGER_NAME, configure_json_logging
-from spotrelay.agent.task_tokens import StepFunctionsTaskTokens
+from spotrelay.agent.ports import AgentStore
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
+from spotrelay.aws.task_tokens import StepFunctionsTaskTokens
 from spotrelay.clock import SYSTEM_CLOCK
 from spotrelay.local.clock import VirtualClock
 from spotrelay.local.imds import ENDPOINT, InstanceMetadataService

@@ -26,8 +26,8 @@ import pytest
 
 from spotrelay.agent.agent import give_to
 from spotrelay.agent.checkpointer import CheckpointTampered, CheckpointUnstable
-from spotrelay.agent.checkpoints import CheckpointIntegrityError
 from spotrelay.agent.confined import HAS_FD_PATHS, RestoreIncomplete
+from spotrelay.agent.ports import CheckpointIntegrityError
 from spotrelay.agent.runner import JobUser
 from spotrelay.models import CheckpointManifest
 

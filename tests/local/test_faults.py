@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from spotrelay.agent.checkpoints import TransferCancelled
+from spotrelay.agent.ports import TransferCancelled
 from spotrelay.clock import ClockEvent
 from spotrelay.local.clock import VirtualClock
 from spotrelay.local.faults import Fault, FaultKind, FaultyStorage, S3Unavailable
