@@ -88,7 +88,20 @@ class _TellsDelivery:
     def put_log_events(self, **kwargs: Any) -> Any:
         answer = self._client.put_log_events(**kwargs)
         self.sent.through = True
+        # CloudWatch Logs takes a batch yet rejects the events it finds too old, expired or too new
+        # (`rejectedLogEventsInfo`, PutLogEvents, Amazon CloudWatch Logs API Reference): lines lost too
+        rejected = answer.get("rejectedLogEventsInfo") if isinstance(answer, dict) else None
+        self.sent.rejected = _rejected_lines(kwargs.get("logEvents", []), rejected) if rejected else 0
         return answer
+
+
+def _rejected_lines(events: list[dict[str, Any]], rejected: dict[str, Any]) -> int:
+    """How many of the agent's lines the rejected events of a batch stand for (`_lines_in`): the events from
+    `tooNewLogEventStartIndex` on, and those before `tooOldLogEventEndIndex` or `expiredLogEventEndIndex`."""
+    too_new = rejected.get("tooNewLogEventStartIndex")
+    old_end = max(int(rejected.get("tooOldLogEventEndIndex") or 0), int(rejected.get("expiredLogEventEndIndex") or 0))
+    start = len(events) if too_new is None else int(too_new)
+    return sum(_lines_in(event) for i, event in enumerate(events) if i < old_end or i >= start)
 
 
 def _lines_in(event: dict[str, Any]) -> int:
@@ -204,7 +217,7 @@ def ship_to_cloudwatch(
             if not batch:  # the sender's every interval, lines or not
                 return
             sent = self.delivery.sent
-            sent.through = False
+            sent.through, sent.rejected = False, 0
             try:
                 super()._submit_batch(batch, log_stream_name, max_retries)  # type: ignore[no-untyped-call]
             except Exception as e:
@@ -212,8 +225,8 @@ def ship_to_cloudwatch(
                 # when the stream is not there (a connection error, say): that would end its sender, and every
                 # later line would wait in the queue until close gave up on it. The batch is lost like any other
                 warnings.warn(f"Failed to deliver logs: {e}", watchtower.WatchtowerWarning, stacklevel=1)
-            if not sent.through:
-                lines = sum(map(_lines_in, batch))
+            lines = sent.rejected if sent.through else sum(map(_lines_in, batch))
+            if lines:
                 with self.tally:
                     self.lost += lines
 

@@ -414,3 +414,36 @@ def test_early_lines_are_bounded_to_the_newest() -> None:
     logger.warning("after")  # no longer kept: the shipper is the logger's handler from here
     assert received == [f"line {n}" for n in range(7, 12)]
     assert early not in logger.handlers
+
+
+class RejectingLogs(FailingLogs):
+    """CloudWatch Logs that takes every batch but rejects, as too old, its leading events whose line is in
+    `too_old` (`rejectedLogEventsInfo.tooOldLogEventEndIndex`, an exclusive end), as AWS answers."""
+
+    def __init__(self) -> None:
+        super().__init__(network_down)
+        self.too_old: set[str] = set()
+
+    def put_log_events(self, **kwargs: Any) -> dict[str, Any]:
+        events = [json.loads(event["message"]) for event in kwargs["logEvents"]]
+        end = next((i for i, event in enumerate(events) if event.get("line") not in self.too_old), len(events))
+        self.shipped.extend(events[end:])
+        return {"nextSequenceToken": "t"} | ({"rejectedLogEventsInfo": {"tooOldLogEventEndIndex": end}} if end else {})
+
+
+@pytest.mark.filterwarnings("ignore:Failed to deliver logs")
+def test_events_cloudwatch_rejects_in_a_batch_it_takes_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = RejectingLogs()
+    with shipping(client, monkeypatch) as (log, handler):
+        # Given a batch whose first 2 lines CloudWatch Logs rejects as too old, and takes the third
+        client.too_old = {"old 0", "old 1"}
+        for line in ("old 0", "old 1", "kept"):
+            log.info("job output", extra={"line": line})
+        handler.flush()
+        assert [event.get("line") for event in client.shipped] == ["kept"]
+        # When the job prints another line
+        log.info("job output", extra={"line": "after"})
+    # Then the stream says 2 lines are missing, before that line
+    assert [event.get("line") for event in client.shipped] == ["kept", None, "after"]
+    assert client.shipped[1]["message"] == UNSHIPPED
+    assert client.shipped[1]["lines"] == 2
