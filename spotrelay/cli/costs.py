@@ -20,6 +20,8 @@ from spotrelay.models import Attempt, Market, Pool, PriceQuote
 from spotrelay.models.billing import SeriesKey, cost_so_far, price_windows, series_key
 
 if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+
     from spotrelay.aws.stack import JobStatus
 
 # `Compute.spot_price_history`: a pool's spot prices over [start, end], oldest first
@@ -59,16 +61,32 @@ def read_price_histories(attempts: Iterable[Attempt], now: datetime, read: Price
     return PriceHistories(histories)
 
 
+# A command waits for EC2, not for a retry loop: an endpoint that does not answer is an error in seconds
+EC2_CONNECT_TIMEOUT_SECONDS = 10
+EC2_ATTEMPTS = 3
+
+
+def command_ec2_client(region: str | None, endpoint_url: str | None) -> tuple[EC2Client, str | None]:
+    """The commands' EC2 client (`prices`, the costs of `cost` and `status`): in `region` (else the AWS
+    configuration's) at `endpoint_url`, with a short connect timeout and few retries; and its region."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        connect_timeout=EC2_CONNECT_TIMEOUT_SECONDS,
+        retries={"mode": "standard", "total_max_attempts": EC2_ATTEMPTS},
+    )
+    kwargs: dict[str, Any] = {"endpoint_url": endpoint_url} if endpoint_url else {}
+    session = boto3.session.Session(region_name=region)
+    return session.client("ec2", config=config, **kwargs), session.region_name
+
+
 def ec2_price_history(region: str | None, endpoint_url: str | None) -> PriceHistoryReader:
     """Spot price histories from EC2 in the stack's region (as `JobsClient.connect` finds it)."""
-    import boto3
-
     from spotrelay.aws.compute import Ec2Compute
 
-    session = boto3.session.Session(region_name=region)
-    kwargs: dict[str, Any] = {"endpoint_url": endpoint_url} if endpoint_url else {}
-    client = session.client("ec2", **kwargs)
-    return Ec2Compute(client, region=session.region_name or "").spot_price_history
+    client, region_name = command_ec2_client(region, endpoint_url)
+    return Ec2Compute(client, region=region_name or "").spot_price_history
 
 
 def job_cost(status: JobStatus, prices: PriceHistories, now: datetime) -> JobCost:

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from spotrelay.catalog import INSTANCE_TYPES, REFERENCE_GPU
 from spotrelay.cli.console import fail, out, tables
+from spotrelay.cli.costs import command_ec2_client
 from spotrelay.cli.jobs import EndpointOption, JsonOption, RegionOption, utc_now
 from spotrelay.models import JobSpec, JobSpecError, Pool, PriceQuote, load_job_spec, parse_job_spec
 from spotrelay.policy import InterruptionModel, Placement, place
@@ -35,9 +36,6 @@ if TYPE_CHECKING:
 CATALOG_PRICE_REGION = "us-east-1"
 # The fields of an ad-hoc job (--gpus, --gpu-memory), named as the user typed them in an error
 OPTION_FIELDS = {"resources.gpus": "--gpus", "resources.gpu_memory_gib": "--gpu-memory"}
-# A command waits for EC2, not for a retry loop: an endpoint that does not answer is an error in seconds
-EC2_CONNECT_TIMEOUT_SECONDS = 10
-EC2_ATTEMPTS = 3
 
 
 def place_from_command_line(
@@ -192,20 +190,13 @@ def fitting_summary(spec: JobSpec) -> str:
 
 def ec2_client(region: str | None, endpoint_url: str | None) -> tuple[EC2Client, str]:
     """An EC2 client in `region` (else the AWS configuration's) at `endpoint_url`, and its region."""
-    import boto3
-    from botocore.config import Config
     from botocore.exceptions import BotoCoreError
 
-    config = Config(
-        connect_timeout=EC2_CONNECT_TIMEOUT_SECONDS,
-        retries={"mode": "standard", "total_max_attempts": EC2_ATTEMPTS},
-    )
-    kwargs: dict[str, Any] = {"endpoint_url": endpoint_url} if endpoint_url else {}
     try:
-        session = boto3.session.Session(region_name=region)
-        if not session.region_name:
+        client, region_name = command_ec2_client(region, endpoint_url)
+        if not region_name:
             fail("--region: no region given or configured (give --region, or set AWS_REGION)")
-        return session.client("ec2", config=config, **kwargs), session.region_name
+        return client, region_name
     except ValueError as e:  # botocore's answer to an endpoint URL or region it cannot use
         fail(f"--endpoint-url {endpoint_url}: {e}" if endpoint_url else f"--region {region}: {e}")
     except BotoCoreError as e:
