@@ -58,14 +58,18 @@ node_modules: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	@touch $@
 
+# Every run of the CDK CLI: its telemetry, version check and notices would reach for the network; jsii warns
+# that node 20 is past its end of life, and the CLI's AWS SDK that its releases after January 2027 need node 22:
+# both known (node 20 is this project's), so both are silenced
+CDK_ENV = CDK_DISABLE_CLI_TELEMETRY=1 CDK_DISABLE_VERSION_CHECK=1 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
+	AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED=true
+
 ## synth: the CloudFormation template into cdk.out, offline (no credentials, no lookups), then cfn-lint
-# The CLI's telemetry, version check and notices would reach for the network. cdk-nag (AwsSolutions)
-# runs inside the synth and fails it on any unacknowledged finding. CDK_VALIDATION=false skips CDK's
-# built-in CloudFormation validation (seconds of CPU) only because cfn-lint checks the same template
-# right after; `cdk deploy` keeps it. jsii warns that node 20 is past its end of life: known.
+# cdk-nag (AwsSolutions) runs inside the synth and fails it on any unacknowledged finding. CDK_VALIDATION=false
+# skips CDK's built-in CloudFormation validation (seconds of CPU) only because cfn-lint checks the same
+# template right after; `cdk deploy` keeps it.
 synth: $(STAMP) node_modules
-	CDK_DISABLE_CLI_TELEMETRY=1 CDK_DISABLE_VERSION_CHECK=1 CDK_VALIDATION=false \
-	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx cdk synth --no-notices -q
+	$(CDK_ENV) CDK_VALIDATION=false npx cdk synth --no-notices -q
 	$(BIN)/cfn-lint cdk.out/*.template.json
 
 ## deploy-local: `cdk deploy` with the pinned CLI against `spotrelay local up` (LOCAL_ENDPOINT, default its port
@@ -79,8 +83,14 @@ deploy-local: $(STAMP) node_modules
 	|| { echo "error: nothing answers at $(LOCAL_ENDPOINT): start \`spotrelay local up\` first (LOCAL_ENDPOINT=...)"; exit 1; }
 	AWS_ENDPOINT_URL=$(LOCAL_ENDPOINT) AWS_REGION=$${AWS_REGION:-us-east-1} AWS_DEFAULT_REGION=$${AWS_REGION:-us-east-1} \
 	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_SESSION_TOKEN= AWS_PROFILE= \
-	CDK_DISABLE_CLI_TELEMETRY=1 CDK_DISABLE_VERSION_CHECK=1 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
-	npx cdk deploy --no-notices --require-approval never -c stack_name=$(STACK)
+	$(CDK_ENV) npx cdk deploy --no-notices --require-approval never -c stack_name=$(STACK)
+
+## deploy: `cdk deploy` to your AWS account (its credentials and region, as the AWS CLI finds them) with the pinned
+## CLI; STACK=name; CDK_ARGS='-c vpc_id=... -c subnets=[...]' for the stack's context (stacks/config.py)
+CDK_ARGS ?=
+.PHONY: deploy
+deploy: $(STAMP) node_modules
+	$(CDK_ENV) npx cdk deploy --no-notices -c stack_name=$(STACK) $(CDK_ARGS)
 
 format: $(STAMP)
 	$(BIN)/ruff format .
