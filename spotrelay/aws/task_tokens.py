@@ -8,19 +8,12 @@ InvalidToken, which is not an error here: the method returns False and the agent
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
-from spotrelay.aws.workflow import CLOSED_TOKEN_CODES, MAX_CAUSE_CHARS, MAX_ERROR_CHARS
+from spotrelay.aws.workflow import send_task_failure, send_task_heartbeat, send_task_success
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
-
-
-def _closed(error: ClientError) -> bool:
-    return error.response.get("Error", {}).get("Code", "") in CLOSED_TOKEN_CODES
 
 
 class StepFunctionsTaskTokens:
@@ -28,30 +21,10 @@ class StepFunctionsTaskTokens:
         self.client = client
 
     def heartbeat(self, task_token: str) -> bool:
-        try:
-            self.client.send_task_heartbeat(taskToken=task_token)
-        except ClientError as e:
-            if _closed(e):
-                return False
-            raise
-        return True
+        return send_task_heartbeat(self.client, task_token)
 
     def succeed(self, task_token: str, output: dict[str, Any]) -> bool:
-        try:
-            self.client.send_task_success(taskToken=task_token, output=json.dumps(output, sort_keys=True))
-        except ClientError as e:
-            if _closed(e):
-                return False
-            raise
-        return True
+        return send_task_success(self.client, task_token, output)
 
     def fail(self, task_token: str, error: str, cause: str) -> bool:
-        try:
-            self.client.send_task_failure(
-                taskToken=task_token, error=error[:MAX_ERROR_CHARS], cause=cause[:MAX_CAUSE_CHARS]
-            )
-        except ClientError as e:
-            if _closed(e):
-                return False
-            raise
-        return True
+        return send_task_failure(self.client, task_token, error, cause)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -54,24 +55,10 @@ class StepFunctionsWorkflow:
         return True
 
     def succeed_task(self, task_token: str, output: dict[str, object]) -> bool:
-        try:
-            self.client.send_task_success(taskToken=task_token, output=json.dumps(output, sort_keys=True))
-        except ClientError as e:
-            if _error_code(e) in CLOSED_TOKEN_CODES:
-                return False
-            raise
-        return True
+        return send_task_success(self.client, task_token, output)
 
     def fail_task(self, task_token: str, error: str, cause: str) -> bool:
-        try:
-            self.client.send_task_failure(
-                taskToken=task_token, error=error[:MAX_ERROR_CHARS], cause=cause[:MAX_CAUSE_CHARS]
-            )
-        except ClientError as e:
-            if _error_code(e) in CLOSED_TOKEN_CODES:
-                return False
-            raise
-        return True
+        return send_task_failure(self.client, task_token, error, cause)
 
     def status(self, execution: str) -> str | None:
         try:
@@ -87,3 +74,35 @@ class StepFunctionsWorkflow:
         except ClientError as e:
             if _error_code(e) != NO_EXECUTION:
                 raise
+
+
+# --- a task token's calls, as the control plane and the agent (spotrelay.aws.task_tokens) make them: each
+# answers False when the token is closed already (CLOSED_TOKEN_CODES), which is no error ------------------
+
+
+def send_task_heartbeat(client: SFNClient, task_token: str) -> bool:
+    return _unless_closed(lambda: client.send_task_heartbeat(taskToken=task_token))
+
+
+def send_task_success(client: SFNClient, task_token: str, output: Mapping[str, Any]) -> bool:
+    return _unless_closed(
+        lambda: client.send_task_success(taskToken=task_token, output=json.dumps(output, sort_keys=True))
+    )
+
+
+def send_task_failure(client: SFNClient, task_token: str, error: str, cause: str) -> bool:
+    return _unless_closed(
+        lambda: client.send_task_failure(
+            taskToken=task_token, error=error[:MAX_ERROR_CHARS], cause=cause[:MAX_CAUSE_CHARS]
+        )
+    )
+
+
+def _unless_closed(call: Callable[[], object]) -> bool:
+    try:
+        call()
+    except ClientError as e:
+        if _error_code(e) in CLOSED_TOKEN_CODES:
+            return False
+        raise
+    return True
