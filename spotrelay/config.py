@@ -46,6 +46,10 @@ LAUNCH_THROTTLED_RETRY_FIRST_SECONDS = 2
 LAUNCH_THROTTLED_RETRY_BACKOFF = 2
 LAUNCH_THROTTLED_RETRY_MAX_SECONDS = 30
 LAUNCH_THROTTLED_RETRY_ATTEMPTS = 6
+# How long after an event is due it may still be on its way: a launch is recorded a moment after RunInstances
+# returns (reconcile calls no fresh instance an orphan), and EC2's report that an instance is gone comes within
+# it (reconcile settles a bill still unsettled after it; resume waits that long for a budgeted job's bills)
+ORPHAN_GRACE_SECONDS = 300
 
 # Environment variable names (the settings models' aliases).
 ENV_TABLE = "SPOTRELAY_TABLE"

@@ -43,7 +43,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
+from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED, ORPHAN_GRACE_SECONDS
 from spotrelay.control.ec2_events import (
     Interrupt,
     Lose,
@@ -90,8 +90,6 @@ STANDBY_HANDOVER_SECONDS = 1800  # the agent reads its record every minute; a fi
 # (+ the checkpoint interval for a job that saves only on its own schedule: it hands over after its next save)
 STANDBY_RETRY_SECONDS = 1800
 STANDBY_POOLS_TRIED = 3  # spot pools tried per reconcile run for one job (each refusal blocks its pool)
-# A launch is recorded a moment after RunInstances returns; don't call a fresh instance an orphan.
-ORPHAN_GRACE_SECONDS = 300
 
 
 class ReconcileReport(BaseModel):

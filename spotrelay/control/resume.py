@@ -39,11 +39,10 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from spotrelay.config import ERROR_CHECKPOINT_CORRUPT
+from spotrelay.config import ERROR_CHECKPOINT_CORRUPT, ORPHAN_GRACE_SECONDS
 from spotrelay.control.dispatcher import INVALID_JOB, UNSCHEDULABLE
 from spotrelay.control.jobs import update_job
 from spotrelay.control.ports import Clock, JobStore, NotFoundError, Wakeup, Workflow
-from spotrelay.control.reconcile import ORPHAN_GRACE_SECONDS
 from spotrelay.models import Job, JobState
 from spotrelay.models.records import MAX_RUNS
 from spotrelay.models.state import RESUMABLE_STATES

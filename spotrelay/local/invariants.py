@@ -40,9 +40,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from spotrelay.config import SCHEDULE_MINUTES, TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
+from spotrelay.config import ORPHAN_GRACE_SECONDS, SCHEDULE_MINUTES, TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from spotrelay.control.ports import CheckpointPointer
-from spotrelay.control.reconcile import ORPHAN_GRACE_SECONDS
 from spotrelay.field_problems import field_problems
 from spotrelay.models import Attempt, Job, JobState, Market
 from spotrelay.models.billing import billed_usd

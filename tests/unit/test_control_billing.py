@@ -26,8 +26,8 @@ from control_builders import (
 from fakes import FakeCompute
 
 from spotrelay.aws.stack import JobStatus
+from spotrelay.config import ORPHAN_GRACE_SECONDS
 from spotrelay.control.ec2_events import Ec2Event
-from spotrelay.control.reconcile import ORPHAN_GRACE_SECONDS
 from spotrelay.control.resume import RESUME_SETTLE_SECONDS
 from spotrelay.models import AttemptOutcome, PriceQuote
 
