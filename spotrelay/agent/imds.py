@@ -66,15 +66,16 @@ _Notice = TypeVar("_Notice", InstanceAction, RebalanceRecommendation)
 
 
 class Transport(Protocol):
-    """One HTTP request to IMDS: (status, body). Raises OSError when nothing answers in `timeout`."""
+    """One HTTP request to IMDS: (status, body). Raises OSError when nothing answers in `timeout` (None: no
+    bound)."""
 
-    def __call__(self, method: str, url: str, headers: dict[str, str], timeout: float) -> tuple[int, str]: ...
+    def __call__(self, method: str, url: str, headers: dict[str, str], timeout: float | None) -> tuple[int, str]: ...
 
 
 def urllib_transport(opener: urllib.request.OpenerDirector) -> Transport:
     """A transport through a urllib opener (urllib's errors as statuses, or OSError)."""
 
-    def send(method: str, url: str, headers: dict[str, str], timeout: float) -> tuple[int, str]:
+    def send(method: str, url: str, headers: dict[str, str], timeout: float | None) -> tuple[int, str]:
         request = urllib.request.Request(url, method=method, headers=headers)
         try:
             with opener.open(request, timeout=timeout) as response:

@@ -106,7 +106,7 @@ class InstanceMetadataService:
     def transport(self, instance_id: str) -> Transport:
         """This instance's IMDS in-process, for `ImdsClient(transport=...)`: what `request` answers."""
 
-        def send(method: str, url: str, headers: dict[str, str], timeout: float) -> tuple[int, str]:
+        def send(method: str, url: str, headers: dict[str, str], timeout: float | None) -> tuple[int, str]:
             lowered = {k.lower(): v for k, v in headers.items()}
             return self.request(instance_id, method, urllib.parse.urlsplit(url).path, lowered, timeout)
 
@@ -196,11 +196,10 @@ class _Handler(urllib.request.BaseHandler):
         self.instance_id = instance_id
 
     def http_open(self, request: urllib.request.Request) -> urllib.response.addinfourl:
-        headers = {k.lower(): v for k, v in request.header_items()}
-        path = urllib.parse.urlsplit(request.full_url).path
+        send = self.service.transport(self.instance_id)
         try:
-            status, body = self.service.request(
-                self.instance_id, request.get_method(), path, headers, getattr(request, "timeout", None)
+            status, body = send(
+                request.get_method(), request.full_url, dict(request.header_items()), getattr(request, "timeout", None)
             )
         except TimeoutError as e:
             raise urllib.error.URLError(e) from e

@@ -654,7 +654,7 @@ class Undeliverable:
     """What EventBridge does with an event it could not deliver to a target after every retry of its
     RetryPolicy (MaximumRetryAttempts, MaximumEventAgeInSeconds; EventBridge's defaults are 185 and 24 h):
     `give_up()` sends it to the target's DeadLetterConfig queue, as AWS does, or drops it when the target has
-    none (counted in `Installed.dropped_events`, where AWS counts it in its FailedInvocations metric).
+    none (as AWS does: every target of the stack has one, tests/infrastructure/test_event_targets.py).
     `after_seconds`: when, at the latest, after the first try (the retries' backoff is not modelled)."""
 
     give_up: Callable[[str, str], None]  # (ERROR_CODE, ERROR_MESSAGE)
@@ -702,7 +702,6 @@ class Installed:
     _patcher: _Patcher
     delivery_faults: DeliveryFaults | None = None  # Lambda targets' deliveries go through it when set
     store_faults: StoreFaults | None = None  # DynamoDB writes go through it when set
-    dropped_events: int = 0  # events EventBridge gave up on for a target without a DLQ (Undeliverable)
 
     def uninstall(self) -> None:
         global _installed
@@ -959,8 +958,6 @@ def _undeliverable(rule: Rule, target: Mapping[str, Any], event: Mapping[str, An
 
     def give_up(error_code: str, error_message: str) -> None:
         if not queue_arn:
-            if _installed is not None:
-                _installed.dropped_events += 1
             return
         from moto.sqs.models import sqs_backends
 
