@@ -25,6 +25,10 @@ METRICS_NAMESPACE = "spotrelay"
 # The schedule that runs the dispatcher and reconcile (the safety net for missed events, and the moves of
 # on-demand jobs back to spot): how soon a job on on-demand notices that spot is worth going back to.
 SCHEDULE_MINUTES = 5
+# An interruption warning keeps its pool out for every job this long (the stack's `block_minutes`, by
+# default): Karpenter marks an interrupted offering unavailable for its ICE-cache TTL, 3 min
+# (aws/karpenter-provider-aws pkg/cache).
+INTERRUPTION_BLOCK_MINUTES = 3
 # The stack output naming the queue where EventBridge puts an event it could not deliver to any rule's target
 # (stacks/events_construct.py); each message's TARGET_ARN attribute names the function it was for
 EVENT_TARGET_DLQ_OUTPUT = "EventTargetDeadLetterQueueUrl"

@@ -21,6 +21,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spotrelay.catalog import INSTANCE_TYPES, family_of
+from spotrelay.config import INTERRUPTION_BLOCK_MINUTES
 
 # p3 (V100) is left out by default: the default worker AMI (the PyTorch DLAMI with the current NVIDIA
 # driver) does not list P3 among its supported instance types. Add it with an AMI that supports it.
@@ -90,9 +91,8 @@ class SpotRelayConfig(BaseModel):
         pattern=r"^arn:(aws|aws-cn|aws-us-gov|\$\{AWS::Partition\}):lambda:([a-z0-9-]+|\$\{AWS::Region\}):\d{12}:layer:[A-Za-z0-9_-]+:\d+$",
     )
     heartbeat_seconds: int = Field(default=900, ge=60)
-    # An interruption warning keeps its pool out for every job this long: Karpenter marks an interrupted
-    # offering unavailable for its ICE-cache TTL, 3 min (aws/karpenter-provider-aws pkg/cache).
-    block_minutes: int = Field(default=3, ge=1)
+    # An interruption warning keeps its pool out for every job this long (spotrelay.config)
+    block_minutes: int = Field(default=INTERRUPTION_BLOCK_MINUTES, ge=1)
     worker_ami_ssm_parameter: str = Field(default=DEFAULT_WORKER_AMI_SSM_PARAMETER, pattern=r"^/[A-Za-z0-9_./-]+$")
     worker_root_volume_gib: int = Field(default=200, ge=100, le=16384)
 

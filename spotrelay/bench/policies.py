@@ -19,24 +19,24 @@ decision point, run on a pool (spot or on-demand) or wait.
   the next cheapest taken; if only the blocked zone has capacity it is retried; when no spot pool is
   available it waits and retries on spot (as SkyPilot's managed spot jobs do). No deadline awareness, no
   on-demand.
-- `spotrelay`: what the control plane does (spotrelay.control.lifecycle): `place()` with the job spec, the
-  remaining work, the elapsed time, the blocked pools (`decide_recovery` + `active_blocks`, the preferred
-  pool of same-pool-first exempt), an `InterruptionModel` sharpened by the interruptions observed during
-  the run (and the Advisor bands, if given), the market choice inside `place()`; then the launch: the
-  first ranked pool that takes it (a refused pool is blocked for `REFUSED_POOL_BLOCK_MINUTES` and the next
-  is tried; all refused: place again; nothing to launch in: the Wait state for Place's backoff,
-  `place_wait_seconds`, not woken by capacity returning). A job running on on-demand is re-placed with
-  `current_market=on-demand` and its interrupted spot runs (`spot_runs`) whenever reconcile runs (every
+- `spotrelay`: the control plane's own decisions (spotrelay.control.decisions, which the Place, Launch and
+  Recover Lambdas and reconcile call), run on the simulated market in the state machine's order (the class
+  docstring): Place ranks the pools (`place()` with the job's spec, the remaining work, the elapsed time,
+  the blocked pools, an `InterruptionModel` sharpened by the interruptions observed during the run and the
+  Advisor bands if given) and plans a launch, waits (Place's backoff, `place_wait_seconds`, not woken by
+  capacity returning) or gives up once the job's patience is spent; Launch tries the plan's pools in order (a
+  refused pool is blocked for `REFUSED_POOL_BLOCK_MINUTES`; all refused: Place again); Recover asks the
+  job's recovery strategy (block the pool, prefer it, or fail the job) from the `Job` record the steps keep
+  (its last placement tells it whether there is another spot pool to move to). A job running on on-demand is
+  re-placed with `current_market=on-demand` and its interrupted spot runs whenever reconcile runs (every
   `SCHEDULE_MINUTES`), and moved back to spot when the market choice says so (rule 3, with spotrelay's
-  refinement: `spotrelay.policy.market_choice`) and the spot pool has capacity (production launches the
-  spot instance first: a refused launch leaves the job on on-demand). Place uses rule 1
-  (`place(migrates=True)`): an idle job behind schedule with no spot catches up on on-demand once it is
-  behind by more than rule 1's band (and, wherever it is, once it has waited its `max_wait_hours`). The restart
-  overhead `place()` assumes is the spec's (`placement.restart_overhead_minutes`), which the workloads set
-  to the job's real d; a periodic-only job's spec gives no grace to save at the notice, so `place()`'s net
-  keeps its checkpoint interval too. On a preemption, the job's recovery strategy decides (block the pool,
-  prefer it, or fail the job), seeing the job's last placement as the control plane records it
-  (`Job.placement`), which tells it whether there is another spot pool to move to.
+  refinement: `spotrelay.policy.market_choice`) and one of its standby pools has capacity (production
+  launches the spot instance first: a refused launch leaves the job on on-demand). Place uses rule 1
+  (`migrates`): an idle job behind schedule with no spot catches up on on-demand once it is behind by more
+  than rule 1's band (and, wherever it is, once it has waited its `max_wait_hours`). The restart overhead
+  `place()` assumes is the spec's (`placement.restart_overhead_minutes`), which the workloads set to the
+  job's real d; a periodic-only job's spec gives no grace to save at the notice, so `place()`'s net keeps its
+  checkpoint interval too.
 - `spotrelay-no-migrate` (a what-if: the control plane without reconcile's move of jobs back to spot): as
   `spotrelay`, but a job on on-demand stays there, and `place()` without `migrates`: an idle job behind
   schedule with no spot waits for spot until the safety net.
@@ -51,26 +51,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from spotrelay.bench.sim import WAKE_EPSILON_HOURS, Decision, JobContext, JobPolicy, JobStatus
-from spotrelay.config import SCHEDULE_MINUTES
-from spotrelay.control.lifecycle import PLAN_DEPTH, REFUSED_POOL_BLOCK_MINUTES, place_wait_seconds
-from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, Pool
+from spotrelay.config import INTERRUPTION_BLOCK_MINUTES, SCHEDULE_MINUTES
+from spotrelay.control.decisions import (
+    MarketSeen,
+    count_attempt,
+    forget_preference,
+    launch_order,
+    patience_spent,
+    plan_place,
+    plan_recovery,
+    rank_pools,
+    refusal_block,
+    standby_pools,
+    warning_block,
+)
+from spotrelay.control.lifecycle import SPOT_NOTICE
+from spotrelay.models import Attempt, AttemptOutcome, Job, Market, PlannedPool, Pool
 from spotrelay.policy import (
     AttemptEnded,
     BlockedPool,
     EndKind,
-    Fail,
     InterruptionModel,
     MarketAction,
-    MarketDecision,
     PoolObservation,
+    active_blocks,
     market_choice,
     placement,
-    recovery,
 )
 
+# A runaway Place -> Launch loop (every round blocks the pools it refused, so it ends) fails loudly
+MAX_PLACE_ROUNDS = 1_000
 # Sums of hours carry floating-point rounding; far below WAKE_EPSILON_HOURS.
 THRESHOLD_ROUNDING_HOURS = 1e-9
 # Why the on-demand policy gives a job up at once (the replay rescues it on on-demand above the cap)
@@ -232,12 +245,19 @@ class SkypilotEager:
 
 
 class Spotrelay:
-    """The control plane's Place -> Launch -> Recover loop on the simulated market (module docstring).
+    """The control plane's decisions (spotrelay.control.decisions, the functions the Place, Launch and
+    Recover steps and reconcile call) on the simulated market, in the order the state machine runs them:
+    Place (`rank_pools`, `plan_place`), then Launch (`launch_order`; a refused pool blocked by
+    `refusal_block`, the preference forgotten, `count_attempt` on a launch; every pool refused: Place
+    again), the Wait state for Place's wait, Recover (`plan_recovery`) on a preemption, and reconcile's move
+    back to spot (`rank_pools` with `current_market=on-demand`, `standby_pools`). The job is the `Job` record
+    the steps would write; what the bench leaves out of production: the instance's boot and the agent's
+    handover are instantaneous (the standby that launches takes the job over at once), and the preemption's
+    final checkpoint always succeeds.
 
-    `place()` gets the restart overhead from the job spec, as the control plane calls it. `migrate` (on, as
-    the control plane does): re-place a job running on on-demand whenever reconcile runs, with
-    `current_market=on-demand`, and move it back to spot when the market choice says so. Off: the what-if
-    `spotrelay-no-migrate`.
+    `migrate` (on, as the control plane does): reconcile runs over a job on on-demand (every
+    SCHEDULE_MINUTES) and moves it back to spot when the market choice says so. Off: the what-if
+    `spotrelay-no-migrate`, which also places without `migrates`.
     """
 
     name = "spotrelay"
@@ -245,25 +265,48 @@ class Spotrelay:
     def __init__(self, ctx: JobContext, migrate: bool = True, sees_capacity: bool = False) -> None:
         self.ctx = ctx
         self.sees_capacity = sees_capacity
-        job = ctx.job
-        self.overhead = job.spec.placement.restart_overhead_hours  # what place() assumes
+        bench_job = ctx.job
+        self.overhead = bench_job.spec.placement.restart_overhead_hours  # what place() assumes
         self.migrate = migrate
         self.blocks: list[BlockedPool] = []
         self.observed: dict[str, tuple[int, float]] = {}
         self.attempts: list[Attempt] = []
-        self.interruptions = 0
-        self.preferred: Pool | None = None
-        self.placement: tuple[PlannedPool, ...] = ()  # the latest non-empty ranking, as Place records it
-        self.waiting_since: float | None = None
-        self.place_waits = 0  # Place's waits in a row (Job.place_waits)
         self._runs: dict[str, list[float]] | None = None  # spot_run_hours(self.attempts), until the next one
         self.failed: str | None = None
-        self.types = set(job.instance_types)
-        self.zones = sorted(set(job.zones))
-        self.on_demand_prices = dict(job.on_demand_prices)
+        self.types = set(bench_job.instance_types)
+        self.zones = sorted(set(bench_job.zones))
+        self.on_demand_prices = dict(bench_job.on_demand_prices)
+        submitted = self._now(bench_job.submit_hours)
+        self.job = Job(job_id=bench_job.name, spec=bench_job.spec, submitted_at=submitted, updated_at=submitted)
+
+    @property
+    def preferred(self) -> Pool | None:
+        return self.job.preferred_pool
 
     def _now(self, t: float) -> datetime:
         return self.ctx.market.to_datetime(t)
+
+    def _market(self, t: float, now: datetime) -> MarketSeen:
+        self.blocks = [b for b in self.blocks if b.until > now]  # lapsed ones change nothing (active_blocks)
+        zones = set(self.zones)
+        quotes = [
+            q
+            for q in self.ctx.market.quotes(t)
+            if q.pool.instance_type in self.types
+            and q.pool.availability_zone in zones
+            and (not self.sees_capacity or self.ctx.can_launch(q.pool, t))
+        ]
+        interruptions = InterruptionModel(
+            bands=self.ctx.advisor_bands,
+            observed={k: PoolObservation(interruptions=n, instance_hours=h) for k, (n, h) in self.observed.items()},
+        )
+        return MarketSeen(
+            quotes=quotes,
+            zones=self.zones,
+            on_demand_prices=self.on_demand_prices,
+            blocks=self.blocks,
+            interruptions=interruptions,
+        )
 
     def decide(self, status: JobStatus) -> Decision:
         if self.failed is not None:
@@ -271,72 +314,69 @@ class Spotrelay:
         on_demand = status.running is not None and status.running.market is Market.ON_DEMAND
         if status.running is not None and not (self.migrate and on_demand):
             return Decision(pool=status.running)  # the control plane never re-places a running job
-        ctx, job, t = self.ctx, self.ctx.job, status.t
+        t, job = status.t, self.job
         now = self._now(t)
-        zones = set(self.zones)
-        quotes = [
-            q
-            for q in ctx.market.quotes(t)
-            if q.pool.instance_type in self.types
-            and q.pool.availability_zone in zones
-            and (not self.sees_capacity or ctx.can_launch(q.pool, t))
-        ]
-        interruptions = InterruptionModel(
-            bands=ctx.advisor_bands,
-            observed={k: PoolObservation(interruptions=n, instance_hours=h) for k, (n, h) in self.observed.items()},
-        )
-        for _ in range(PLAN_DEPTH + 2):  # Place -> Launch (every pool refused) -> Place again, with them blocked
-            self.blocks = [b for b in self.blocks if b.until > now]  # lapsed ones change nothing (active_blocks)
-            blocked = recovery.active_blocks(self.blocks, now) - {self.preferred}
-            ranking = placement.place(
-                job.spec,
-                quotes,
-                work_done_hours=status.work_done,
-                elapsed_hours=status.elapsed,
-                blocked=blocked,
-                interruptions=interruptions,
-                on_demand_prices=self.on_demand_prices,
-                zones=self.zones,
-                current_market=Market.ON_DEMAND if on_demand else None,
-                migrates=self.migrate,  # as Place: with migration, rule 1 (catch up on on-demand)
-                spot_runs=self._spot_runs() if on_demand else None,  # as reconcile
-                out_of_patience=self._patience_spent(t),  # as Place
+        job.cost_usd = status.cost  # what its attempts have cost (Recover derives it from their bills)
+        job.work_done_hours = max(job.work_done_hours, status.work_done)  # its last checkpoint
+        if on_demand:
+            return self._reconcile(status, now)
+        for _ in range(MAX_PLACE_ROUNDS):  # Place -> Launch (every pool refused) -> Place, until one launches
+            ranking = rank_pools(
+                job,
+                status.work_done,
+                self._market(t, now),
+                now,
+                migrates=self.migrate,  # with migration, rule 1 (catch up on on-demand)
+                out_of_patience=patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
             )
-            plan = list(ranking.ranked[:PLAN_DEPTH])
-            if on_demand and (ranking.market.action is not MarketAction.SPOT or not plan):
-                return self._stay_on_demand(status)
-            if not plan:
-                return self._wait(status, ranking.market)
-            self.place_waits = 0
-            if self.preferred is not None:
-                plan.sort(key=lambda r: r.pool != self.preferred)
-            self.placement = tuple(
-                PlannedPool(pool=r.pool, hourly_price=r.hourly_price, relative_speed=r.relative_speed) for r in plan
-            )
-            for ranked in plan:
-                pool = ranked.pool
-                if pool in blocked:
-                    continue
-                if not ctx.can_launch(pool, t):
-                    if pool == self.preferred:  # tried once: from now on its blocks apply (as in Launch)
-                        self.preferred = None
-                    self.blocks.append(
-                        BlockedPool(
-                            pool=pool,
-                            until=now + timedelta(minutes=REFUSED_POOL_BLOCK_MINUTES),
-                            reason="launch refused: InsufficientInstanceCapacity",
-                        )
-                    )
-                    continue
-                self._launched(status, pool, ranked.hourly_price, ranked.relative_speed, now)
-                if pool.market is Market.ON_DEMAND and self.migrate:
-                    return self._stay_on_demand(status, pool)
-                return Decision(pool=pool)
-        return self._stay_on_demand(status) if on_demand else self._wait(status, ranking.market)
+            result = plan_place(job, ranking, status.work_done, now)
+            if result.action == "fail":
+                self.failed = f"{result.error}: {result.cause}"
+                return Decision(pool=None, give_up=self.failed)
+            if result.action == "wait":  # the Wait state; production does not see capacity return meanwhile
+                return Decision(pool=None, recheck_at=t + result.wait_seconds / 3600, market_blind=True)
+            launched = self._launch(status, now)
+            if launched is None:
+                continue  # InsufficientInstanceCapacity: back to Place, the refused pools blocked
+            if launched.market is Market.ON_DEMAND and self.migrate:
+                return self._stay_on_demand(status, launched)
+            return Decision(pool=launched)
+        raise AssertionError(f"{job.job_id}: Place and Launch went round {MAX_PLACE_ROUNDS} times at {t} h")
 
-    def _patience_spent(self, t: float) -> bool:
-        """`lifecycle.patience_spent`, in the replay's hours (the same test as `_wait`'s give-up)."""
-        return self.waiting_since is not None and t >= self.waiting_since + self.ctx.job.spec.limits.max_wait_hours
+    def _launch(self, status: JobStatus, now: datetime) -> Pool | None:
+        """The Run task: the plan's pools in order until one launches (None: every one refused)."""
+        job = self.job
+        blocked = active_blocks(self.blocks, now) - {job.preferred_pool}
+        for planned in launch_order(job, blocked, self.zones):
+            if not self.ctx.can_launch(planned.pool, status.t):
+                self.blocks.append(refusal_block(planned.pool, "InsufficientInstanceCapacity", now))
+                forget_preference(job, planned.pool, now)
+                continue
+            self._launched(status, planned, now)
+            return planned.pool
+        return None
+
+    def _reconcile(self, status: JobStatus, now: datetime) -> Decision:
+        """Reconcile's run over a job on on-demand: back to spot when the market choice says so and a
+        standby pool launches (the standby takes the job over at once), else it stays."""
+        job = self.job
+        if job.spec.limits.deadline_hours is None:
+            return self._stay_on_demand(status)
+        ranking = rank_pools(
+            job,
+            status.work_done,
+            self._market(status.t, now),
+            now,
+            current_market=Market.ON_DEMAND,
+            spot_runs=self._spot_runs(),
+        )
+        for planned in standby_pools(ranking, self.zones):
+            if not self.ctx.can_launch(planned.pool, status.t):
+                self.blocks.append(refusal_block(planned.pool, "InsufficientInstanceCapacity", now))
+                continue
+            self._launched(status, planned, now)
+            return Decision(pool=planned.pool)
+        return self._stay_on_demand(status)
 
     def _spot_runs(self) -> dict[str, list[float]]:
         """`spot_run_hours(self.attempts)`, recomputed only after an interruption added a run."""
@@ -360,68 +400,48 @@ class Spotrelay:
         wake = None if first is None else _reconcile_run_after(max(first, t + WAKE_EPSILON_HOURS))
         return Decision(pool=pool or status.running, recheck_at=wake)
 
-    def _wait(self, status: JobStatus, market: MarketDecision) -> Decision:
-        """No pool to launch in: the Wait state for Place's backoff (`place_wait_seconds`: 1, 2, then
-        every 3 min, sooner for the safety net), then Place again; NoCapacity after `max_wait_hours`.
-        Nothing wakes it early: production does not see capacity return."""
-        t, limits = status.t, self.ctx.job.spec.limits
-        if self.waiting_since is None:
-            self.waiting_since = t
-        give_up_at = self.waiting_since + limits.max_wait_hours
-        if t >= give_up_at:
-            return Decision(pool=None, give_up=f"NoCapacity: nothing launched for {limits.max_wait_hours:g} h")
-        wait = place_wait_seconds(self.place_waits, market)
-        self.place_waits += 1
-        return Decision(pool=None, recheck_at=min(t + wait / 3600, give_up_at), market_blind=True)
-
-    def _launched(self, status: JobStatus, pool: Pool, price: float, speed: float, now: datetime) -> None:
-        self.preferred = None
-        self.waiting_since = None  # as Launch: the wait ends with a launch, not with a plan
-        if self.attempts and self.attempts[-1].outcome is None:  # a migration ends the on-demand attempt
+    def _launched(self, status: JobStatus, planned: PlannedPool, now: datetime) -> None:
+        """An instance launched in `planned`'s pool: a new attempt, counted on the job, which runs (its
+        `running` event, at once); an attempt still open (the on-demand one a move back to spot hands over
+        from) ends."""
+        if self.attempts and self.attempts[-1].outcome is None:
             self.attempts[-1] = self.attempts[-1].model_copy(
                 update={"outcome": AttemptOutcome.CANCELLED, "ended_at": now}
             )
+        number = len(self.attempts) + 1
         self.attempts.append(
             Attempt(
-                job_id=self.ctx.job.name,
-                attempt=len(self.attempts) + 1,
-                pool=pool,
-                hourly_price=price,
+                job_id=self.job.job_id,
+                attempt=number,
+                pool=planned.pool,
+                hourly_price=planned.hourly_price,
                 started_at=now,
-                relative_speed=speed,
+                running_at=now,
+                relative_speed=planned.relative_speed,
                 work_done_hours_at_start=status.work_done,
             )
         )
+        count_attempt(self.job, number, now, running=True)
 
     def on_preempted(self, status: JobStatus, pool: Pool, ran_hours: float) -> None:
-        """Recover: account the attempt, record the pool's interruption, and let the job's recovery
-        strategy decide (block the pool, prefer it, or fail the job)."""
+        """Recover: close the attempt, record the pool's interruption, and let `plan_recovery` (the job's
+        recovery strategy) decide: relaunch (the pools it blocks, the one it prefers) or fail."""
         now = self._now(status.t)
         seen = self.observed.get(pool.offering, (0, 0.0))
         self.observed[pool.offering] = (seen[0] + 1, seen[1] + ran_hours)
         current = self.attempts[-1]
+        # the interruption warning, two minutes before (ec2_events), blocks the pool for every job
+        self.blocks.append(warning_block(current, now - SPOT_NOTICE, INTERRUPTION_BLOCK_MINUTES))
         self.attempts[-1] = current.model_copy(update={"outcome": AttemptOutcome.INTERRUPTED, "ended_at": now})
         self._runs = None
-        job = Job(
-            job_id=self.ctx.job.name,
-            spec=self.ctx.job.spec,
-            state=JobState.RECOVERING,
-            submitted_at=self._now(self.ctx.job.submit_hours),
-            updated_at=now,
-            attempts=current.attempt,
-            interruptions=self.interruptions,
-            cost_usd=status.cost,
-            work_done_hours=status.work_done,
-            placement=self.placement,
-        )
+        job = self.job
+        job.cost_usd = status.cost
+        job.work_done_hours = max(job.work_done_hours, status.work_done)
         event = AttemptEnded(kind=EndKind.SPOT_INTERRUPTED, pool=pool, at=now, attempt=current.attempt)
-        action = recovery.decide_recovery(job, self.attempts, event)
-        if isinstance(action, Fail):
-            self.failed = f"{action.error}: {action.reason}"
-            return
-        self.interruptions += int(action.counts_interruption)
-        self.preferred = action.prefer
-        self.blocks.extend(action.block)
+        recovery = plan_recovery(job, self.attempts, event, now)
+        if recovery.result.action == "fail":
+            self.failed = f"{recovery.result.error}: {recovery.result.cause}"
+        self.blocks.extend(recovery.blocks)
 
 
 def _reconcile_run_after(t: float) -> float:

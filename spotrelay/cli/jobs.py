@@ -1067,12 +1067,17 @@ def _estimate_note(status: JobStatus, prices: PriceHistories, now: datetime) -> 
 
 def after_patience(status: JobStatus, now: datetime, costs: JobCost | None = None) -> str:
     """What Place does with the waiting job once its `max_wait_hours` are spent: for a job EC2 throttles,
-    NoCapacity (spotrelay.control.lifecycle.waiting_on_throttling); else by asking `place()` itself
-    then (spotrelay.control.lifecycle.placement_now with `out_of_patience`), with no spot at all: the job's
-    work done, its budget left (its cost so far: `costs`, else at launch prices) and the stack's GPU
-    families (`status.allowed_families`; None: not known)."""
-    from spotrelay.control.lifecycle import catalog_on_demand_prices, launchable_types, waiting_on_throttling
-    from spotrelay.policy import place
+    NoCapacity (spotrelay.control.decisions.waiting_on_throttling); else by asking Place's ranking
+    (spotrelay.control.decisions.rank_pools) then, with `out_of_patience` and no spot at all: the job's work
+    done, its budget left (its cost so far: `costs`, else at launch prices) and the stack's GPU families
+    (`status.allowed_families`; None: not known)."""
+    from spotrelay.control.decisions import (
+        MarketSeen,
+        catalog_on_demand_prices,
+        launchable_types,
+        rank_pools,
+        waiting_on_throttling,
+    )
 
     job = status.job
     if waiting_on_throttling(job):
@@ -1082,20 +1087,19 @@ def after_patience(status: JobStatus, now: datetime, costs: JobCost | None = Non
         )
     allowed_families = status.allowed_families
     spent = costs.total_usd if costs is not None else status.cost(now)
-    spec, limits = job.spec, job.spec.limits
+    limits = job.spec.limits
     assert job.waiting_since is not None
-    types = launchable_types(spec, allowed_families)
+    types = launchable_types(job.spec, allowed_families)
     at = job.waiting_since + timedelta(hours=limits.max_wait_hours)
     zones = sorted({a.pool.availability_zone for a in status.attempts}) or ["us-east-1a"]  # names only
-    decision = place(
-        spec,
-        [],
-        work_done_hours=job.work_done_hours,
-        elapsed_hours=job.elapsed_hours(max(at, now)),
-        on_demand_prices=catalog_on_demand_prices(types),
-        budget_left_usd=None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - spent),
-        zones=zones,
+    # Place's own ranking then (spotrelay.control.decisions.rank_pools), with no spot at all
+    decision = rank_pools(
+        job,
+        job.work_done_hours,
+        MarketSeen(quotes=[], zones=zones, on_demand_prices=catalog_on_demand_prices(types)),
+        max(at, now),
         migrates=True,
+        billing_usd=max(0.0, spent - job.cost_usd),
         out_of_patience=True,
     )
     families = "" if allowed_families is not None else " (if the stack allows its family)"

@@ -43,19 +43,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from spotrelay.config import ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
+from spotrelay.control.decisions import warning_block
 from spotrelay.control.jobs import ask_handover, mark_running, update_attempt, update_job, withdraw_handover
 from spotrelay.control.lifecycle import account, close_standby
 from spotrelay.control.ports import Compute, JobStore, NotFoundError, Workflow
 from spotrelay.field_problems import field_problems
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PriceQuote, ensure_transition
 from spotrelay.models.billing import billing_end, settle
-from spotrelay.policy import BlockedPool
 
 SPOT_INTERRUPTION = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
 REBALANCE = ("aws.ec2", "EC2 Instance Rebalance Recommendation")
@@ -372,13 +372,7 @@ def record_interruption(attempt: Attempt, at: datetime, *, first: bool, store: J
         if marked:
             store.record_pool_usage(attempt.pool, 0.0, 1)
     # For every job (a job whose only spot pool this is is exempt: its recovery prefers the pool)
-    store.block_pool(
-        BlockedPool(
-            pool=attempt.pool,
-            until=at + timedelta(minutes=block_minutes),
-            reason=f"spot interruption warning for attempt {attempt.attempt}",
-        )
-    )
+    store.block_pool(warning_block(attempt, at, block_minutes))
 
 
 def _fail_task(workflow: Workflow, attempt: Attempt, error: str, event: Ec2Event, instance_id: str) -> bool:

@@ -8,17 +8,18 @@ Step results are small dicts the state machine's Choice states read (`action`, `
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spotrelay.catalog import INSTANCE_TYPES, family_of
+from spotrelay.catalog import INSTANCE_TYPES
 from spotrelay.config import (
     ERROR_CANCELLED,
     ERROR_JOB_FAILED,
@@ -26,6 +27,26 @@ from spotrelay.config import (
     LAUNCH_THROTTLED_RETRY_BACKOFF,
     LAUNCH_THROTTLED_RETRY_FIRST_SECONDS,
     LAUNCH_THROTTLED_RETRY_MAX_SECONDS,
+)
+from spotrelay.control.decisions import (
+    MAX_FAILURE_REASON_CHARS,
+    THROTTLED_NOTE,
+    THROTTLED_WAIT_MAX_SECONDS,
+    MarketSeen,
+    Recovery,
+    StepResult,
+    catalog_on_demand_prices,
+    count_attempt,
+    forget_preference,
+    launch_order,
+    launchable_types,
+    one_line,
+    patience_spent,
+    plan_place,
+    plan_recovery,
+    plan_standby,
+    rank_pools,
+    refusal_block,
 )
 from spotrelay.control.dispatcher import printable
 from spotrelay.control.jobs import update_attempt, update_job
@@ -44,55 +65,18 @@ from spotrelay.models import (
     Attempt,
     AttemptOutcome,
     Job,
-    JobSpec,
     JobState,
     Market,
     PlannedPool,
-    Pool,
     ensure_transition,
 )
 from spotrelay.policy import (
     AttemptEnded,
-    BlockedPool,
     EndKind,
-    Fail,
     InterruptionModel,
-    MarketAction,
-    MarketDecision,
     Placement,
     active_blocks,
-    decide_recovery,
-    place,
 )
-
-# How many of the ranked pools Place hands to Launch.
-PLAN_DEPTH = 10
-# Backoff while no pool is feasible: 1, 2, then every 3 minutes (the Wait state sleeps it). At most the
-# refused-launch block: a waiting job tries a pool again as soon as its block lapses, so it finds
-# capacity within minutes of its return (a Place and a Launch every 3 minutes cost next to nothing;
-# every minute of a late start eats slack that on-demand may have to buy back).
-WAIT_BASE_SECONDS = 60
-MIN_WAIT_SECONDS = 1
-# A pool that refused a launch (no capacity, price) is skipped for this long: Karpenter's unavailable-
-# offerings cache TTL (UnavailableOfferingsTTL, 3 min, aws/karpenter-provider-aws pkg/cache). Capacity
-# comes back quickly: on the Can't Be Late traces, a 10-minute block costs more per job than a 3-minute one
-# (the bench's spotrelay replayed with either value).
-REFUSED_POOL_BLOCK_MINUTES = 3
-WAIT_MAX_SECONDS = REFUSED_POOL_BLOCK_MINUTES * 60
-# A launch EC2 throttled past the Run task's own retries (LaunchThrottled: the first call and 6 retries over
-# 90 s, stacks/lifecycle_construct.py) comes back to Place, which waits before it plans again, as it does when
-# no pool is feasible (WaitForCapacity): as long as the job has waited already (Launch notes the first throttled
-# launch as the start of its wait, `waiting_since`), at least THROTTLED_WAIT_MIN_SECONDS and at most
-# THROTTLED_WAIT_MAX_SECONDS. Each round about doubles the job's wait, as a backoff does, with no counter to
-# keep; the job's patience (`limits.max_wait_hours`) then fails it NoCapacity, as a capacity outage does. So
-# under throttling that never ends a job makes at most 7 RunInstances calls a round, its rounds starting at 0,
-# 3, 9, 20.5 minutes and then every 11.5 minutes (90 s of retries and the wait): at most 49 calls in its first
-# hour and 37 an hour after (`THROTTLED_LAUNCHES_PER_HOUR`), and once one round more, when a wait is cut
-# short to end with the job's patience (the Place at its end plans once more, and the round it launches fails
-# the job within 90 s of its patience rather than up to 11.5 minutes after). No pool is blocked, and waking
-# sooner would not help: EC2 meters the calls per account and Region, both markets alike.
-THROTTLED_WAIT_MIN_SECONDS = 60
-THROTTLED_WAIT_MAX_SECONDS = 600
 
 
 def launch_throttled_retry_waits() -> list[int]:
@@ -119,9 +103,6 @@ FINAL_CHECKPOINT_WAIT_SECONDS = 150
 # Source: "Spot Instance interruption notices", Amazon EC2 User Guide.
 SPOT_NOTICE = timedelta(minutes=2)
 FINAL_CHECKPOINT_POLL_SECONDS = 15
-# A failed job's `failure_reason` (`spotrelay status`, the replay's timeline): one line, the error's name and
-# message, never a stack trace.
-MAX_FAILURE_REASON_CHARS = 500
 # What of a Step Functions error's Cause is parsed as JSON (Recover's exit code, a Lambda error's message).
 # A worker fails its own task with any Cause it likes, and Step Functions takes up to 32,768 characters: a
 # longer one, or one nested deeper than any Cause we write (the agent's and Lambda's are 1 and 2 deep), is
@@ -152,18 +133,6 @@ class LaunchThrottled(Exception):  # as above (spotrelay.config.ERROR_LAUNCH_THR
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}" if message else code)
         self.code = code
-
-
-class StepResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    action: str
-    wait_seconds: int = 0
-    error: str | None = None
-    cause: str | None = None
-
-    def payload(self) -> dict[str, Any]:
-        return self.model_dump()
 
 
 class PlacementContext(BaseModel):
@@ -199,7 +168,8 @@ def place_step(
         if standby is not None:
             # The job was handed back to move onto the standby launched ahead of it (make-before-break):
             # no new decision, Launch adopts the standby (or launches as usual if it has ended meanwhile).
-            return _plan_standby(store, job_id, standby, work_done, now)
+            _, planned = update_job(store, job_id, lambda fresh: plan_standby(fresh, standby, work_done, now))
+            return planned
     # `migrates`: reconcile moves a job running on on-demand back to spot once it is ahead of the uniform
     # line again (Uniform Progress's rule 3), so an idle job behind schedule with no spot catches up on
     # on-demand (rule 1) once it is behind by more than rule 1's band (spotrelay.policy.market_choice). The
@@ -215,120 +185,7 @@ def place_step(
         migrates=True,
         out_of_patience=patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
     )
-    ranked = list(decision.ranked[:PLAN_DEPTH])
-
-    def change(fresh: Job) -> StepResult:
-        if fresh.cancel_requested or fresh.state.is_terminal:
-            return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
-        throttled = launch_throttled(fresh)
-        fresh.state = ensure_transition(fresh.state, JobState.PLACING)
-        fresh.work_done_hours = max(fresh.work_done_hours, work_done)
-        fresh.updated_at = now
-        if throttled:
-            # back from a launch EC2 throttled past the Run task's retries: wait before planning again
-            # (THROTTLED_WAIT_*), however many pools rank, or give up once the job's patience is spent
-            return _wait_after_throttling(fresh, decision, now)
-        if ranked:
-            plan = [
-                PlannedPool(pool=r.pool, hourly_price=r.hourly_price, relative_speed=r.relative_speed) for r in ranked
-            ]
-            preferred = fresh.preferred_pool
-            if preferred is not None:
-                # same-pool-first: the lost pool goes first if placement still finds it feasible.
-                plan.sort(key=lambda p: p.pool != preferred)
-            fresh.placement = tuple(plan)
-            fresh.place_waits = 0
-            fresh.waiting_reason = None
-            # `waiting_since` stays: the wait ends when an instance is launched (`_count_attempt`), not when a
-            # plan is made, or a job whose every launch is refused would never run out of patience.
-            fresh.state = ensure_transition(fresh.state, JobState.LAUNCHING)
-            return StepResult(action="launch")
-        waiting_since = fresh.waiting_since or now
-        waited_hours = (now - waiting_since).total_seconds() / 3600
-        if waited_hours >= patience_hours(fresh.spec.limits.max_wait_hours, decision):
-            return _no_capacity(fresh, waited_hours, " | ".join(decision.explain(alternatives=0)))
-        wait = place_wait_seconds(fresh.place_waits, decision.market)
-        fresh.place_waits += 1
-        fresh.waiting_since = waiting_since
-        fresh.waiting_reason = decision.why_none()
-        fresh.state = ensure_transition(fresh.state, JobState.WAITING)
-        return StepResult(action="wait", wait_seconds=wait, cause=decision.market.reason)
-
-    _, result = update_job(store, job_id, change)
-    return result
-
-
-def _no_capacity(job: Job, waited_hours: float, last: str) -> StepResult:
-    """The job's patience is spent with nothing launched: Place gives up (the state machine finalizes)."""
-    return StepResult(
-        action="fail",
-        error="NoCapacity",
-        cause=(
-            f"nothing launched for {waited_hours:.1f} h (limits.max_wait_hours "
-            f"{job.spec.limits.max_wait_hours:g}); last: {last}"
-        ),
-    )
-
-
-THROTTLED_NOTE = "EC2 throttled RunInstances"  # how `_note_throttled`'s reason starts
-
-
-def waiting_on_throttling(job: Job) -> bool:
-    """Whether what the job waits on is EC2 throttling its launches (`_note_throttled`), not capacity: once
-    its patience is spent it fails NoCapacity (`_wait_after_throttling`), on-demand fallback or not, since
-    EC2 throttles the on-demand launches of the account and Region alike."""
-    return job.waiting_reason is not None and job.waiting_reason.startswith(THROTTLED_NOTE)
-
-
-def launch_throttled(job: Job) -> bool:
-    """Whether the job is back at Place from a Run task whose launch EC2 throttled past its retries. Launch
-    notes a throttled launch as why the job waits (`waiting_reason`, on the LAUNCHING job: `_note_throttled`);
-    every other way to LAUNCHING clears it (Place's plans, a launch, every ranked pool refusing), and nothing
-    else writes it on a job past QUEUED."""
-    return job.state is JobState.LAUNCHING and job.waiting_reason is not None
-
-
-def _wait_after_throttling(job: Job, decision: Placement, now: datetime) -> StepResult:
-    """Place after a throttled launch (`launch_throttled`): the job WAITs `throttled_wait_seconds`, or fails
-    NoCapacity once it has waited its patience (`patience_hours`: as a capacity outage's job does)."""
-    assert job.waiting_reason is not None
-    waiting_since = job.waiting_since or now
-    waited = (now - waiting_since).total_seconds()
-    patience = patience_hours(job.spec.limits.max_wait_hours, decision) * 3600
-    if waited >= patience:
-        return _no_capacity(job, waited / 3600, job.waiting_reason)
-    job.waiting_since = waiting_since
-    job.place_waits += 1
-    job.state = ensure_transition(job.state, JobState.WAITING)
-    wait = throttled_wait_seconds(waited, patience - waited)
-    return StepResult(action="wait", wait_seconds=wait, cause=job.waiting_reason)
-
-
-def throttled_wait_seconds(waited_seconds: float, patience_left_seconds: float) -> int:
-    """How long a job whose launch EC2 throttled waits before Place plans again, when it has waited
-    `waited_seconds` (since its first throttled launch, or earlier) and has `patience_left_seconds` of patience:
-    as long again, within THROTTLED_WAIT_MIN_SECONDS and THROTTLED_WAIT_MAX_SECONDS, and no later than its
-    patience runs out (so that it fails on time: see THROTTLED_WAIT_MIN_SECONDS)."""
-    backoff = min(THROTTLED_WAIT_MAX_SECONDS, max(THROTTLED_WAIT_MIN_SECONDS, math.ceil(waited_seconds)))
-    return max(MIN_WAIT_SECONDS, min(backoff, math.ceil(patience_left_seconds)))
-
-
-def _plan_standby(store: JobStore, job_id: str, standby: Attempt, work_done: float, now: datetime) -> StepResult:
-    planned = PlannedPool(pool=standby.pool, hourly_price=standby.hourly_price, relative_speed=standby.relative_speed)
-
-    def change(fresh: Job) -> StepResult:
-        if fresh.cancel_requested or fresh.state.is_terminal:
-            return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
-        fresh.state = ensure_transition(fresh.state, JobState.PLACING)
-        fresh.work_done_hours = max(fresh.work_done_hours, work_done)
-        fresh.placement = (planned,)
-        fresh.place_waits = 0
-        fresh.waiting_reason = None
-        fresh.state = ensure_transition(fresh.state, JobState.LAUNCHING)
-        fresh.updated_at = now
-        return StepResult(action="launch", cause=f"onto the standby {standby.instance_id} in {standby.pool}")
-
-    _, result = update_job(store, job_id, change)
+    _, result = update_job(store, job_id, lambda fresh: plan_place(fresh, decision, work_done, now))
     return result
 
 
@@ -354,82 +211,24 @@ def placement_now(
     types = launchable_types(job.spec, context.allowed_families)
     zones = sorted(context.subnets)
     quotes = compute.spot_prices(types, zones, now) if types else []
-    limits = job.spec.limits
-    return place(
-        job.spec,
-        [q for q in quotes if q.pool.availability_zone in context.subnets],
-        work_done_hours=work_done,
-        elapsed_hours=job.elapsed_hours(now),
-        # same-pool-first: the pool recovery asked for is exempt from the block its own loss put there.
-        blocked=active_blocks(store.blocked_pools(now), now) - {job.preferred_pool},
-        interruptions=InterruptionModel(observed=store.pool_observations()),
-        on_demand_prices=catalog_on_demand_prices(types),
-        budget_left_usd=(
-            None if limits.max_total_cost is None else max(0.0, limits.max_total_cost - job.cost_usd - billing_usd)
-        ),
+    market = MarketSeen(
+        quotes=[q for q in quotes if q.pool.availability_zone in context.subnets],
         zones=zones,
+        on_demand_prices=catalog_on_demand_prices(types),
+        blocks=store.blocked_pools(now),
+        interruptions=InterruptionModel(observed=store.pool_observations()),
+    )
+    return rank_pools(
+        job,
+        work_done,
+        market,
+        now,
         current_market=current_market,
         migrates=migrates,
+        billing_usd=billing_usd,
         spot_runs=spot_runs,
         out_of_patience=out_of_patience,
     )
-
-
-def launchable_types(spec: JobSpec, allowed_families: Collection[str] | None) -> list[str]:
-    """The instance types that fit the job in the stack's GPU families (None: every family)."""
-    return [
-        t.name
-        for t in spec.resources.fitting_types()
-        if allowed_families is None or family_of(t.name) in allowed_families
-    ]
-
-
-def catalog_on_demand_prices(types: Iterable[str]) -> dict[str, float]:
-    """The catalog's on-demand prices of `types` (those it prices)."""
-    return {name: price for name in types if (price := INSTANCE_TYPES[name].on_demand_usd_per_hour) is not None}
-
-
-def patience_spent(waiting_since: datetime | None, max_wait_hours: float, now: datetime) -> bool:
-    """Whether a job waiting since `waiting_since` (None: not waiting) has waited `max_wait_hours` (its
-    `limits.max_wait_hours`), after which Place puts it on on-demand if it may (`place(out_of_patience=)`),
-    and fails it with NoCapacity if nothing can be launched (`patience_hours`)."""
-    return waiting_since is not None and (now - waiting_since).total_seconds() / 3600 >= max_wait_hours
-
-
-def patience_hours(max_wait_hours: float, decision: Placement) -> float:
-    """How long a job may wait without a launch before Place fails it with NoCapacity: its `max_wait_hours`,
-    twice that when the market choice picked on-demand and on-demand pools are blocked only by refused
-    launches (an on-demand shortage is usually short: a job out of patience keeps trying on-demand, as
-    the blocks lapse, for another `max_wait_hours`)."""
-    on_demand_refused = decision.market.action is MarketAction.ON_DEMAND and any(
-        r.pool.market is Market.ON_DEMAND and r.category == "blocked" for r in decision.rejected
-    )
-    return 2 * max_wait_hours if on_demand_refused else max_wait_hours
-
-
-def place_wait_seconds(place_waits: int, market: MarketDecision) -> int:
-    """How long a job with no pool to launch in waits before Place runs again, its `place_waits`-th wait
-    in a row: 1, 2, then every 3 minutes (the refused-pool block), sooner if Uniform Progress's safety net
-    is due first."""
-    backoff: int = min(WAIT_BASE_SECONDS * 2 ** min(place_waits, 16), WAIT_MAX_SECONDS)
-    to_net = _seconds_to_safety_net(market)
-    # Wake by the net while it is ahead (a job told to wait exactly at it: a second later, when rule 4's
-    # strict comparison fires); once it is due and still nothing can be placed (every pool blocked, over
-    # the budget or the cap), waking sooner would not help: the backoff paces Place.
-    if to_net > 0 or market.action is MarketAction.WAIT:
-        return min(backoff, max(MIN_WAIT_SECONDS, to_net))
-    return backoff
-
-
-def _seconds_to_safety_net(market: MarketDecision) -> int:
-    """How long a waiting job may sleep before Uniform Progress's safety net is due (the slack down to
-    two restart overheads and the work a preemption may lose; <= 0: due already): a job that woke later
-    could miss a deadline that was still reachable. No net (no deadline, or no on-demand to fall back
-    on): the longest wait."""
-    hours = market.hours_to_safety_net
-    if hours is None:
-        return WAIT_MAX_SECONDS
-    return math.ceil(hours * 3600)
 
 
 # -------------------------------------------------------------------------------------------- Launch
@@ -491,10 +290,8 @@ def launch_step(
     number = max([job.attempts, *(a.attempt for a in attempts)]) + 1
     blocked = active_blocks(store.blocked_pools(now), now) - {job.preferred_pool}
     refusals: list[str] = []
-    for planned in job.placement:
+    for planned in launch_order(job, blocked, context.subnets):
         pool = planned.pool
-        if context.subnets.get(pool.availability_zone) is None or pool in blocked:
-            continue
         try:
             instance_id = launch_in_pool(job, number, planned, store=store, compute=compute, now=now, context=context)
         except LaunchThrottled as throttled:
@@ -504,9 +301,7 @@ def launch_step(
         if isinstance(instance_id, LaunchRefused):
             refusals.append(f"{pool}: {instance_id.code}")
             if pool == job.preferred_pool:
-                # Tried once: from now on the pool's blocks apply to this job too, or Place and Launch
-                # would go round the refused pool without a pause (Launch -> Place has no Wait).
-                update_job(store, job_id, _forget_preference(pool, now))
+                update_job(store, job_id, functools.partial(forget_preference, pool=pool, now=now))
             continue
         attempt = Attempt(
             job_id=job_id,
@@ -587,7 +382,9 @@ def _handed_over(
     instance it launched, closes the attempt CANCELLED, and raises JobCancelled (FinalizeCancelled, where
     the execution still runs). So no instance runs for an ended job after Launch has seen the cancel."""
     running = attempt.running_at is not None
-    job, _ = update_job(store, attempt.job_id, _count_attempt(attempt.attempt, now, running=running))
+    job, _ = update_job(
+        store, attempt.job_id, lambda fresh: count_attempt(fresh, attempt.attempt, now, running=running)
+    )
     if not (job.cancel_requested or job.state.is_terminal):
         return _launched(attempt)
     stop_for_ended_job(store, compute, attempt, pointer, clock.now())
@@ -643,13 +440,7 @@ def launch_in_pool(
     try:
         return compute.launch(request)
     except LaunchRefused as refused:
-        store.block_pool(
-            BlockedPool(
-                pool=pool,
-                until=now + timedelta(minutes=REFUSED_POOL_BLOCK_MINUTES),
-                reason=f"launch refused: {refused.code}",
-            )
-        )
+        store.block_pool(refusal_block(pool, refused.code, now))
         return refused
 
 
@@ -679,33 +470,6 @@ def _adopt(
 
     adopted, changed = update_attempt(store, standby.job_id, standby.attempt, change)
     return adopted if changed or adopted.task_token == task_token else None
-
-
-def _forget_preference(pool: Pool, now: datetime) -> Callable[[Job], None]:
-    def change(job: Job) -> None:
-        if job.preferred_pool == pool:
-            job.preferred_pool = None
-            job.updated_at = now
-
-    return change
-
-
-def _count_attempt(number: int, now: datetime, *, running: bool = False) -> Callable[[Job], None]:
-    """`running`: the attempt's instance already runs (an adopted standby, whose `running` event came
-    before it had the job), so the job is RUNNING now rather than when that event arrives."""
-
-    def change(job: Job) -> None:
-        if job.attempts < number:
-            job.attempts = number
-            job.preferred_pool = None
-            job.waiting_since = None  # launched: the job no longer waits
-            job.waiting_reason = None  # (a throttled try's note, `_note_throttled`)
-            job.updated_at = now
-        if running and job.attempts == number and job.state is JobState.LAUNCHING:
-            job.state = ensure_transition(job.state, JobState.RUNNING)
-            job.updated_at = now
-
-    return change
 
 
 def _launched(attempt: Attempt) -> dict[str, Any]:
@@ -784,11 +548,6 @@ def _exit_code(cause: Mapping[str, Any]) -> int | None:
     return code
 
 
-def _one_line(text: str) -> str:
-    """`text` as one printable line of at most MAX_FAILURE_REASON_CHARS (whitespace runs become one space)."""
-    return printable(" ".join(text.split()), MAX_FAILURE_REASON_CHARS)
-
-
 def recover_step(
     job_id: str, error: Mapping[str, Any], *, store: JobStore, compute: Compute, clock: Clock
 ) -> StepResult:
@@ -808,7 +567,7 @@ def recover_step(
         return StepResult(
             action="fail",
             error=printable(str(name or "Unknown"), MAX_ERROR_NAME_CHARS),
-            cause=_one_line(message if message is not None else str(raw or "")),
+            cause=one_line(message if message is not None else str(raw or "")),
         )
     if job.last_recovered_attempt >= current.attempt and job.last_recovery is not None:
         return StepResult.model_validate(job.last_recovery)  # a retried invocation: same answer
@@ -838,30 +597,15 @@ def recover_step(
     ended = [closed if a.attempt == current.attempt else a for a in attempts]
     event = AttemptEnded(kind=kind, pool=current.pool, at=now, attempt=current.attempt, exit_code=_exit_code(cause))
 
-    def change(fresh: Job) -> StepResult:
-        if fresh.last_recovered_attempt >= current.attempt and fresh.last_recovery is not None:
-            return StepResult.model_validate(fresh.last_recovery)
-        account(fresh, ended, pointer, now)
-        action = decide_recovery(fresh, ended, event)
-        if isinstance(action, Fail):
-            result = StepResult(action="fail", error=action.error, cause=_one_line(action.reason))
-            fresh.interruptions += int(kind.is_interruption)  # the one that ended it happened too
-        else:
-            fresh.interruptions += int(action.counts_interruption)
-            fresh.restarts += int(action.counts_restart)
-            fresh.preferred_pool = action.prefer
-            if fresh.state in {JobState.LAUNCHING, JobState.RUNNING}:
-                fresh.state = ensure_transition(fresh.state, JobState.RECOVERING)
-            result = StepResult(action="relaunch", cause=_one_line(action.reason))
-            for block in action.block:
-                store.block_pool(block)
-        fresh.last_recovered_attempt = current.attempt
-        fresh.last_recovery = result.payload()
-        fresh.updated_at = now
-        return result
+    def change(fresh: Job) -> Recovery:
+        if fresh.last_recovered_attempt < current.attempt or fresh.last_recovery is None:
+            account(fresh, ended, pointer, now)
+        return plan_recovery(fresh, ended, event, now)
 
-    _, result = update_job(store, job_id, change)
-    return result
+    _, recovery = update_job(store, job_id, change)
+    for block in recovery.blocks:
+        store.block_pool(block)
+    return recovery.result
 
 
 def account(job: Job, attempts: Sequence[Attempt], pointer: CheckpointPointer | None, now: datetime) -> None:

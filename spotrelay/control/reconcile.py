@@ -44,6 +44,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED, ORPHAN_GRACE_SECONDS
+from spotrelay.control.decisions import standby_pools
 from spotrelay.control.ec2_events import (
     Interrupt,
     Lose,
@@ -72,9 +73,8 @@ from spotrelay.control.ports import (
     UnreadableRecordError,
     Workflow,
 )
-from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PlannedPool, PriceQuote, ensure_transition
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PriceQuote, ensure_transition
 from spotrelay.models.billing import PriceWindow, SeriesKey, cost_so_far, price_windows
-from spotrelay.policy import MarketAction
 from spotrelay.policy.placement import spot_run_hours
 
 GONE_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
@@ -89,7 +89,6 @@ STANDBY_BOOT_SECONDS = 600
 STANDBY_HANDOVER_SECONDS = 1800  # the agent reads its record every minute; a final checkpoint takes minutes
 # (+ the checkpoint interval for a job that saves only on its own schedule: it hands over after its next save)
 STANDBY_RETRY_SECONDS = 1800
-STANDBY_POOLS_TRIED = 3  # spot pools tried per reconcile run for one job (each refusal blocks its pool)
 
 
 class ReconcileReport(BaseModel):
@@ -323,12 +322,11 @@ def _back_to_spot(
         billing_usd=attempt.cost(now),
         spot_runs=spot_run_hours(attempts),
     )
-    if decision.market.action is not MarketAction.SPOT:
+    pools = standby_pools(decision, context.subnets)
+    if not pools:
         return
     number = max([job.attempts, *(a.attempt for a in attempts)]) + 1
-    spot = [r for r in decision.ranked if r.pool.market is Market.SPOT and r.pool.availability_zone in context.subnets]
-    for ranked in spot[:STANDBY_POOLS_TRIED]:
-        planned = PlannedPool(pool=ranked.pool, hourly_price=ranked.hourly_price, relative_speed=ranked.relative_speed)
+    for planned in pools:
         launched = launch_in_pool(job, number, planned, store=store, compute=compute, now=now, context=context)
         if isinstance(launched, LaunchRefused):
             continue

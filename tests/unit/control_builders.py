@@ -18,12 +18,12 @@ from fakes import FakeClock, FakeCompute, FakeJobStore, FakeQueue, FakeWakeup, F
 
 from spotrelay.control.admission import AdmissionLimits
 from spotrelay.control.cancel import CancelResult, cancel_job
+from spotrelay.control.decisions import StepResult
 from spotrelay.control.dispatcher import DispatchReport, dispatch
 from spotrelay.control.ec2_events import Ec2Event, EventOutcome, handle_ec2_event
 from spotrelay.control.lifecycle import (
     JobSummary,
     PlacementContext,
-    StepResult,
     finalize_step,
     launch_step,
     place_step,

@@ -364,7 +364,7 @@ def test_status_of_a_live_job_says_why_it_left_its_last_attempt() -> None:
 
 def test_status_of_a_job_waiting_on_ec2_throttling_says_it_fails_with_no_capacity_not_on_demand() -> None:
     from spotrelay.cli.jobs import describe_status
-    from spotrelay.control.lifecycle import THROTTLED_NOTE
+    from spotrelay.control.decisions import THROTTLED_NOTE
 
     # Given a job with on-demand fallback (which a capacity wait would take) waiting because EC2 throttles
     # RunInstances (Launch's note)

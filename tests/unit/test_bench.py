@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import spotrelay.bench.policies
+import spotrelay.control.decisions
 import spotrelay.policy.market_choice
 import spotrelay.policy.placement
 import spotrelay.policy.recovery
@@ -36,7 +38,7 @@ from spotrelay.bench.workloads import (
     load_workload_file,
 )
 from spotrelay.cli import app
-from spotrelay.control.lifecycle import REFUSED_POOL_BLOCK_MINUTES
+from spotrelay.control.decisions import REFUSED_POOL_BLOCK_MINUTES
 from spotrelay.market import MarketBuilder, SpotMarket, parse_availability_trace
 from spotrelay.models import Market, Pool, RecoveryStrategyName
 
@@ -425,11 +427,14 @@ def test_policies_call_the_shared_placement_market_choice_and_recovery_code(monk
 
         monkeypatch.setattr(module, name, wrapper)
 
-    counting(spotrelay.policy.placement, "place")
+    # (the control plane's decisions, which the Lambda steps call too, and what they call)
+    for name in ("rank_pools", "plan_place", "launch_order", "plan_recovery", "count_attempt"):
+        counting(spotrelay.control.decisions, name)
+        monkeypatch.setattr(spotrelay.bench.policies, name, getattr(spotrelay.control.decisions, name))
+    counting(spotrelay.control.decisions, "place")
+    counting(spotrelay.control.decisions, "decide_recovery")
     counting(spotrelay.policy.placement, "uniform_progress")  # the market choice inside place()
     counting(spotrelay.policy.market_choice, "uniform_progress")
-    counting(spotrelay.policy.recovery, "decide_recovery")
-    counting(spotrelay.policy.recovery, "active_blocks")
     market = market_of({"us-east-1a": [1] * 5 + [0] * 2 + [1] * 30})
     job = bench_job(["us-east-1a"], work=10, deadline=30)
 
@@ -439,12 +444,17 @@ def test_policies_call_the_shared_placement_market_choice_and_recovery_code(monk
     calls.clear()
     replay("uniform-progress", job, market)
 
-    # Then spotrelay placed through place() (and its market choice), recovered through decide_recovery,
-    # and uniform-progress decided through the same uniform_progress
-    assert spotrelay_calls["spotrelay.policy.placement.place"] >= 2
+    # Then spotrelay decided through the control plane's decisions: Place (place() and its market choice)
+    # at the start and after the preemption, Launch each time, Recover once; and uniform-progress decided
+    # through the same uniform_progress
+    assert spotrelay_calls["spotrelay.control.decisions.rank_pools"] >= 2
+    assert spotrelay_calls["spotrelay.control.decisions.plan_place"] >= 2
+    assert spotrelay_calls["spotrelay.control.decisions.place"] >= 2
     assert spotrelay_calls["spotrelay.policy.placement.uniform_progress"] >= 2
-    assert spotrelay_calls["spotrelay.policy.recovery.decide_recovery"] == 1
-    assert spotrelay_calls["spotrelay.policy.recovery.active_blocks"] >= 2
+    assert spotrelay_calls["spotrelay.control.decisions.launch_order"] >= 2
+    assert spotrelay_calls["spotrelay.control.decisions.count_attempt"] == 2
+    assert spotrelay_calls["spotrelay.control.decisions.plan_recovery"] == 1
+    assert spotrelay_calls["spotrelay.control.decisions.decide_recovery"] == 1
     assert calls["spotrelay.policy.market_choice.uniform_progress"] >= 2
 
 

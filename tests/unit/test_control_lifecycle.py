@@ -10,14 +10,8 @@ import pytest
 from control_builders import CHEAPEST, SECOND, THIRD, World, error, make_job, recorded_event
 from fakes import FunctionStopped
 
-from spotrelay.control.lifecycle import (
-    MAX_FAILURE_REASON_CHARS,
-    InsufficientInstanceCapacity,
-    JobCancelled,
-    LaunchThrottled,
-    StepResult,
-    place_wait_seconds,
-)
+from spotrelay.control.decisions import MAX_FAILURE_REASON_CHARS, StepResult, place_wait_seconds
+from spotrelay.control.lifecycle import InsufficientInstanceCapacity, JobCancelled, LaunchThrottled
 from spotrelay.control.ports import InstanceRef
 from spotrelay.models import AttemptOutcome, Job, JobState, Market, Pool
 from spotrelay.policy import BlockedPool, MarketAction, MarketDecision

@@ -10,16 +10,18 @@ from datetime import datetime, timedelta
 import pytest
 from control_builders import CHEAPEST, SECOND, THIRD, World
 
+from spotrelay.control.decisions import (
+    MAX_FAILURE_REASON_CHARS,
+    THROTTLED_WAIT_MAX_SECONDS,
+    StepResult,
+    throttled_wait_seconds,
+)
 from spotrelay.control.lifecycle import (
     LAUNCH_CALLS_PER_THROTTLED_ROUND,
-    MAX_FAILURE_REASON_CHARS,
     THROTTLED_LAUNCHES_PER_HOUR,
-    THROTTLED_WAIT_MAX_SECONDS,
     InsufficientInstanceCapacity,
     LaunchThrottled,
-    StepResult,
     launch_throttled_retry_waits,
-    throttled_wait_seconds,
 )
 from spotrelay.models import JobState
 
