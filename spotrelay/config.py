@@ -45,7 +45,7 @@ ERROR_CANCELLED = "JobCancelled"
 ERROR_BUDGET_EXHAUSTED = "BudgetExhausted"
 ERROR_CHECKPOINT_CORRUPT = "CheckpointCorrupt"  # the agent: the committed checkpoint fails verification
 # The Run task's retries of ERROR_LAUNCH_THROTTLED (stacks/lifecycle_construct.py): 2 s doubling, at most 30 s,
-# 6 retries (2, 4, 8, 16, 30, 30: 90 s), after which Place backs off (spotrelay.control.lifecycle.THROTTLED_WAIT_*)
+# 6 retries (2, 4, 8, 16, 30, 30: 90 s), after which Place backs off (spotrelay.control.decisions.THROTTLED_WAIT_*)
 LAUNCH_THROTTLED_RETRY_FIRST_SECONDS = 2
 LAUNCH_THROTTLED_RETRY_BACKOFF = 2
 LAUNCH_THROTTLED_RETRY_MAX_SECONDS = 30

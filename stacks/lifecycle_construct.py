@@ -251,7 +251,7 @@ class JobLifecycle(Construct):
         # EC2 throttled RunInstances (per account and Region, not per pool): launch again after 2, 4, 8, 16,
         # 30 and 30 s (90 s in all: spotrelay.config.LAUNCH_THROTTLED_RETRY_*), then go back to Place (the Catch
         # below), which waits before it plans again, longer each round up to 10 minutes, and fails the job
-        # NoCapacity once its patience is spent (spotrelay.control.lifecycle.THROTTLED_WAIT_*): at most 7
+        # NoCapacity once its patience is spent (spotrelay.control.decisions.THROTTLED_WAIT_*): at most 7
         # RunInstances calls a round, 37 an hour, however long the throttling lasts. No JitterStrategy yet:
         # moto draws it from the process's global `random`, so a chaos seed that throttles a launch would no
         # longer replay the same way.

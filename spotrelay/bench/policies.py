@@ -368,6 +368,7 @@ class Spotrelay:
             self._market(status.t, now),
             now,
             current_market=Market.ON_DEMAND,
+            billing_usd=self._running_cost(status),
             spot_runs=self._spot_runs(),
         )
         for planned in standby_pools(ranking, self.zones):
@@ -377,6 +378,12 @@ class Spotrelay:
             self._launched(status, planned, now)
             return Decision(pool=planned.pool)
         return self._stay_on_demand(status)
+
+    def _running_cost(self, status: JobStatus) -> float:
+        """What the running instance has cost so far (reconcile's `attempt.cost(now)`)."""
+        if status.running is None or status.run_started_at is None:
+            return 0.0
+        return self.ctx.price_integral(status.running, status.run_started_at, status.t)
 
     def _spot_runs(self) -> dict[str, list[float]]:
         """`spot_run_hours(self.attempts)`, recomputed only after an interruption added a run."""

@@ -600,11 +600,13 @@ def recover_step(
     def change(fresh: Job) -> Recovery:
         if fresh.last_recovered_attempt < current.attempt or fresh.last_recovery is None:
             account(fresh, ended, pointer, now)
-        return plan_recovery(fresh, ended, event, now)
+        recovery = plan_recovery(fresh, ended, event, now)
+        # Before the job's write: a retried invocation returns the recorded answer without blocking again
+        for block in recovery.blocks:
+            store.block_pool(block)
+        return recovery
 
     _, recovery = update_job(store, job_id, change)
-    for block in recovery.blocks:
-        store.block_pool(block)
     return recovery.result
 
 

@@ -1011,3 +1011,22 @@ def test_a_job_out_of_patience_runs_on_demand_once_an_on_demand_pool_takes_it() 
     # Then the job runs on on-demand
     assert launched is not None
     assert world.store.attempts("train-1")[-1].pool.market is Market.ON_DEMAND
+
+
+def test_recover_stopped_after_its_block_and_retried_keeps_the_lost_pool_blocked() -> None:
+    # Given an interrupted attempt whose final checkpoint is committed (the warning's own block lapsed)
+    world = World()
+    world.running()
+    world.warned()
+    world.checkpoint(attempt=1, seq=1, work_done_hours=0.5, final=True)
+    world.store.blocks.clear()
+    # When Recover's Lambda dies as it blocks the lost pool, and Step Functions retries it
+    world.store.fail_next["block_pool"] = FunctionStopped()
+    with pytest.raises(FunctionStopped):
+        world.recover("train-1", error("SpotInterrupted"))
+    retried = world.recover("train-1", error("SpotInterrupted"))
+
+    # Then the retry relaunches, and the lost pool is blocked (the recovery was not recorded before its block)
+    assert retried.action == "relaunch"
+    assert CHEAPEST in world.blocked()
+    assert world.job().interruptions == 1
