@@ -74,7 +74,6 @@ from spotrelay.policy import (
     AttemptEnded,
     EndKind,
     InterruptionModel,
-    Placement,
     active_blocks,
 )
 
@@ -175,13 +174,11 @@ def place_step(
     # on-demand (rule 1) once it is behind by more than rule 1's band (spotrelay.policy.market_choice). The
     # Wait below is capped at the time the net is due. A job whose patience (`max_wait_hours`) ran out goes
     # on-demand if it may, wherever it is against the line, rather than fail with NoCapacity.
-    decision = placement_now(
+    decision = rank_pools(
         job,
         work_done,
-        store=store,
-        compute=compute,
-        now=now,
-        context=context,
+        market_seen(job, store=store, compute=compute, now=now, context=context),
+        now,
         migrates=True,
         out_of_patience=patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
     )
@@ -189,45 +186,19 @@ def place_step(
     return result
 
 
-def placement_now(
-    job: Job,
-    work_done: float,
-    *,
-    store: JobStore,
-    compute: Compute,
-    now: datetime,
-    context: PlacementContext,
-    current_market: Market | None = None,
-    migrates: bool = False,
-    billing_usd: float = 0.0,
-    spot_runs: Mapping[str, Sequence[float]] | None = None,
-    out_of_patience: bool = False,
-) -> Placement:
-    """`place()` for the job with what the deployment knows now: the spot prices of the allowed types in
-    the zones with a subnet, the pools' blocks and interruption record, the budget left.
-    `current_market`: the market of the instance the job runs on (None: idle); `billing_usd`: what its
-    open attempts have cost so far (not in `job.cost_usd` until they are closed); `spot_runs`, `out_of_patience`:
-    see `place()`."""
+def market_seen(job: Job, *, store: JobStore, compute: Compute, now: datetime, context: PlacementContext) -> MarketSeen:
+    """What the deployment knows of the market for the job now (what `rank_pools` decides from): the spot
+    prices of its launchable types (the stack's families) in the zones with a subnet, their on-demand
+    prices, the pools' blocks and interruption record."""
     types = launchable_types(job.spec, context.allowed_families)
     zones = sorted(context.subnets)
     quotes = compute.spot_prices(types, zones, now) if types else []
-    market = MarketSeen(
+    return MarketSeen(
         quotes=[q for q in quotes if q.pool.availability_zone in context.subnets],
         zones=zones,
         on_demand_prices=catalog_on_demand_prices(types),
         blocks=store.blocked_pools(now),
         interruptions=InterruptionModel(observed=store.pool_observations()),
-    )
-    return rank_pools(
-        job,
-        work_done,
-        market,
-        now,
-        current_market=current_market,
-        migrates=migrates,
-        billing_usd=billing_usd,
-        spot_runs=spot_runs,
-        out_of_patience=out_of_patience,
     )
 
 

@@ -44,7 +44,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED, ORPHAN_GRACE_SECONDS
-from spotrelay.control.decisions import standby_pools
+from spotrelay.control.decisions import rank_pools, standby_pools
 from spotrelay.control.ec2_events import (
     Interrupt,
     Lose,
@@ -60,7 +60,7 @@ from spotrelay.control.lifecycle import (
     close_attempt,
     close_standby,
     launch_in_pool,
-    placement_now,
+    market_seen,
     stop_for_ended_job,
 )
 from spotrelay.control.ports import (
@@ -311,13 +311,11 @@ def _back_to_spot(
             return
     ran = max(0.0, (now - attempt.running_at).total_seconds() / 3600)
     progress = max(job.work_done_hours, attempt.work_done_hours_at_start + ran * attempt.relative_speed)
-    decision = placement_now(
+    decision = rank_pools(
         job,
         progress,
-        store=store,
-        compute=compute,
-        now=now,
-        context=context,
+        market_seen(job, store=store, compute=compute, now=now, context=context),
+        now,
         current_market=Market.ON_DEMAND,
         billing_usd=attempt.cost(now),
         spot_runs=spot_run_hours(attempts),
