@@ -56,6 +56,7 @@ from datetime import datetime
 from spotrelay.bench.sim import WAKE_EPSILON_HOURS, Decision, JobContext, JobPolicy, JobStatus
 from spotrelay.config import INTERRUPTION_BLOCK_MINUTES, SCHEDULE_MINUTES
 from spotrelay.control.decisions import (
+    SPOT_NOTICE,
     MarketSeen,
     count_attempt,
     forget_preference,
@@ -64,11 +65,11 @@ from spotrelay.control.decisions import (
     plan_place,
     plan_recovery,
     rank_pools,
+    reclaiming_pool,
     refusal_block,
     standby_pools,
     warning_block,
 )
-from spotrelay.control.lifecycle import SPOT_NOTICE
 from spotrelay.models import Attempt, AttemptOutcome, Job, Market, PlannedPool, Pool
 from spotrelay.policy import (
     AttemptEnded,
@@ -328,6 +329,7 @@ class Spotrelay:
                 now,
                 migrates=self.migrate,  # with migration, rule 1 (catch up on on-demand)
                 out_of_patience=patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
+                reclaiming=reclaiming_pool(self.attempts, now),  # none: the engine preempts at the reclaim
             )
             result = plan_place(job, ranking, status.work_done, now)
             if result.action == "fail":
@@ -439,7 +441,10 @@ class Spotrelay:
         current = self.attempts[-1]
         # the interruption warning, two minutes before (ec2_events), blocks the pool for every job
         self.blocks.append(warning_block(current, now - SPOT_NOTICE, INTERRUPTION_BLOCK_MINUTES))
-        self.attempts[-1] = current.model_copy(update={"outcome": AttemptOutcome.INTERRUPTED, "ended_at": now})
+        warned = {"interrupted_at": now - SPOT_NOTICE}
+        self.attempts[-1] = current.model_copy(
+            update={"outcome": AttemptOutcome.INTERRUPTED, "ended_at": now, **warned}
+        )
         self._runs = None
         job = self.job
         job.cost_usd = status.cost

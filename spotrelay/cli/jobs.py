@@ -1010,7 +1010,7 @@ def describe_status(status: JobStatus, now: datetime, prices: PriceHistories | N
             f"{live.pool.market.value} at ${live.hourly_price:.3f}/h, {instance}, since {since:%Y-%m-%d %H:%M} UTC"
         )
         if live.interrupted_at is not None:
-            from spotrelay.control.lifecycle import SPOT_NOTICE
+            from spotrelay.control.decisions import SPOT_NOTICE
 
             ends = live.interrupted_at + SPOT_NOTICE
             lines.append(

@@ -82,6 +82,9 @@ THROTTLED_NOTE = "EC2 throttled RunInstances"  # how Launch's note of a throttle
 # A failed job's `failure_reason` (`spotrelay status`, the replay's timeline): one line, the error's name and
 # message, never a stack trace.
 MAX_FAILURE_REASON_CHARS = 500
+# EC2 reclaims a spot instance two minutes after its interruption warning: it runs no longer than that.
+# Source: "Spot Instance interruption notices", Amazon EC2 User Guide.
+SPOT_NOTICE = timedelta(minutes=2)
 # Spot pools a job on on-demand tries for its standby per reconcile run (each refusal blocks its pool)
 STANDBY_POOLS_TRIED = 3
 
@@ -126,19 +129,23 @@ def rank_pools(
     billing_usd: float = 0.0,
     spot_runs: Mapping[str, Sequence[float]] | None = None,
     out_of_patience: bool = False,
+    reclaiming: Pool | None = None,
 ) -> Placement:
     """`place()` for the job at `now` with `work_done` hours done and the market as seen.
     `current_market`: the market of the instance the job runs on (None: idle); `billing_usd`: what its
     open attempts have cost so far (not in `job.cost_usd` until they are closed); `migrates`, `spot_runs`,
     `out_of_patience`: see `place()`. Same-pool-first: the pool recovery asked for is exempt from the block
-    its own loss put there."""
+    its own loss put there, once EC2 has taken the lost instance back: `reclaiming` (`reclaiming_pool`), the
+    pool of an interruption whose notice still runs, is never offered (an instance launched there now
+    would be launched into the capacity EC2 is reclaiming, and lost again within the notice)."""
     limits = job.spec.limits
+    blocked = active_blocks(market.blocks, now) - {job.preferred_pool}
     return place(
         job.spec,
         market.quotes,
         work_done_hours=work_done,
         elapsed_hours=job.elapsed_hours(now),
-        blocked=active_blocks(market.blocks, now) - {job.preferred_pool},
+        blocked=blocked | {reclaiming} if reclaiming is not None else blocked,
         interruptions=market.interruptions,
         on_demand_prices=market.on_demand_prices,
         budget_left_usd=(
@@ -150,6 +157,20 @@ def rank_pools(
         spot_runs=spot_runs,
         out_of_patience=out_of_patience,
     )
+
+
+def reclaiming_pool(attempts: Sequence[Attempt], now: datetime) -> Pool | None:
+    """The spot pool whose interrupted instance EC2 is still taking back at `now` (an interruption warning
+    less than SPOT_NOTICE ago), if any: Recover goes on as soon as the final checkpoint is committed,
+    seconds into the notice, and the pool still has the capacity that is being reclaimed until it ends."""
+    for attempt in reversed(attempts):
+        if (
+            attempt.pool.market is Market.SPOT
+            and attempt.interrupted_at is not None
+            and now < attempt.interrupted_at + SPOT_NOTICE
+        ):
+            return attempt.pool
+    return None
 
 
 def plan_place(job: Job, decision: Placement, work_done: float, now: datetime) -> StepResult:

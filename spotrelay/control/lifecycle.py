@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -30,6 +30,7 @@ from spotrelay.config import (
 )
 from spotrelay.control.decisions import (
     MAX_FAILURE_REASON_CHARS,
+    SPOT_NOTICE,
     THROTTLED_NOTE,
     THROTTLED_WAIT_MAX_SECONDS,
     MarketSeen,
@@ -46,6 +47,7 @@ from spotrelay.control.decisions import (
     plan_recovery,
     plan_standby,
     rank_pools,
+    reclaiming_pool,
     refusal_block,
 )
 from spotrelay.control.dispatcher import printable
@@ -98,9 +100,6 @@ THROTTLED_LAUNCHES_PER_HOUR = math.ceil(
 # After an interruption warning, Recover waits for the attempt's final checkpoint this long at most:
 # the notice gives two minutes, the agent commits within them, plus slack for the upload's tail.
 FINAL_CHECKPOINT_WAIT_SECONDS = 150
-# EC2 reclaims a spot instance two minutes after its interruption warning: it runs no longer than that.
-# Source: "Spot Instance interruption notices", Amazon EC2 User Guide.
-SPOT_NOTICE = timedelta(minutes=2)
 FINAL_CHECKPOINT_POLL_SECONDS = 15
 # What of a Step Functions error's Cause is parsed as JSON (Recover's exit code, a Lambda error's message).
 # A worker fails its own task with any Cause it likes, and Step Functions takes up to 32,768 characters: a
@@ -159,10 +158,11 @@ def place_step(
 
     pointer = store.get_checkpoint(job_id)
     work_done = pointer.work_done_hours if pointer is not None else job.work_done_hours
-    # A standby only ever waits for a job that Recover has just taken off its attempt (RECOVERING): a job
-    # waiting for capacity costs no query here.
+    # A standby only ever waits for a job that Recover has just taken off its attempt (RECOVERING).
+    # The attempts, for a job Recover has just taken off its attempt (RECOVERING), or one that prefers a pool
+    # (same-pool-first, a lost only pool): a job waiting for capacity otherwise costs no query here.
+    attempts = store.attempts(job_id) if job.state is JobState.RECOVERING or job.preferred_pool is not None else []
     if job.state is JobState.RECOVERING:
-        attempts = store.attempts(job_id)
         standby = next((a for a in attempts if a.is_standby and a.handover_from == job.attempts), None)
         if standby is not None:
             # The job was handed back to move onto the standby launched ahead of it (make-before-break):
@@ -181,6 +181,7 @@ def place_step(
         now,
         migrates=True,
         out_of_patience=patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
+        reclaiming=reclaiming_pool(attempts, now),
     )
     _, result = update_job(store, job_id, lambda fresh: plan_place(fresh, decision, work_done, now))
     return result

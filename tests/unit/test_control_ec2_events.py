@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from control_builders import BLOCK_MINUTES, CHEAPEST, World, error, recorded_event
 
+from spotrelay.control.decisions import SPOT_NOTICE
 from spotrelay.control.ec2_events import Ec2Event, MalformedEvent
 from spotrelay.models import JobState, Market, Pool
 
@@ -67,10 +68,12 @@ def test_the_only_spot_pool_of_a_job_is_blocked_for_others_but_not_for_it(events
     world.checkpoint(attempt=1, seq=1, work_done_hours=0.5, final=True)
     recovered = world.recover()
     # Then the pool is blocked for every other job, but this job prefers it: a block would only keep it
-    # idle while the pool's capacity comes back; its next placement may use the pool
+    # idle while the pool's capacity comes back; its next placement once EC2 has taken the instance back
+    # (the notice's two minutes) may use the pool
     assert CHEAPEST in blocked_at(world, warning)
     assert recovered.action == "relaunch"
     assert world.job().preferred_pool == CHEAPEST
+    world.clock.current = warning.time + SPOT_NOTICE
     assert world.place().action == "launch"
     assert world.job().placement[0].pool == CHEAPEST
 

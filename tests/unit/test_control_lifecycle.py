@@ -768,6 +768,28 @@ def test_recover_with_same_pool_first_prefers_the_lost_pool_instead_of_blocking_
     assert world.blocked() == {}
 
 
+def test_a_preferred_pool_is_not_offered_while_ec2_is_still_reclaiming_its_lost_instance() -> None:
+    # Given a same-pool-first job warned 25 s ago, whose final checkpoint is committed (Recover goes on)
+    world = World()
+    world.running(recovery="same-pool-first")
+    world.advance(hours=1)
+    world.warned()
+    world.store.blocks.clear()  # the warning's own block aside: the preference exempts the job from it
+    world.clock.advance(25)
+    world.checkpoint(attempt=1, seq=1, work_done_hours=0.9, final=True)
+    assert world.recover().action == "relaunch"
+    assert world.job().preferred_pool == CHEAPEST
+    # When Place runs while the two-minute notice still runs
+    within = world.place()
+    # Then the lost pool is not planned (an instance there would run on the capacity being reclaimed)
+    assert within.action == "launch"
+    assert CHEAPEST not in planned_pools(world)
+    # And once the notice has run out, it is the pool the job goes back to first
+    world.clock.advance(120)
+    world.place()
+    assert planned_pools(world)[0] == CHEAPEST
+
+
 # ============================================================================================ Finalize
 
 
