@@ -64,6 +64,7 @@ from spotrelay.control.decisions import (
     patience_spent,
     plan_place,
     plan_recovery,
+    plan_standby,
     rank_pools,
     reclaiming_pool,
     refusal_block,
@@ -377,9 +378,26 @@ class Spotrelay:
             if not self.ctx.can_launch(planned.pool, status.t):
                 self.blocks.append(refusal_block(planned.pool, "InsufficientInstanceCapacity", now))
                 continue
-            self._launched(status, planned, now)
-            return Decision(pool=planned.pool)
+            return self._hand_over(status, planned, now)
         return self._stay_on_demand(status)
+
+    def _hand_over(self, status: JobStatus, planned: PlannedPool, now: datetime) -> Decision:
+        """The standby runs and the on-demand agent hands the job over (at once here): the on-demand attempt
+        ends MIGRATED, Recover decides (`plan_recovery`: nothing blocked, nothing counted, unless the job's
+        limits end it), Place plans the standby (`plan_standby`) and Launch adopts it (`count_attempt`)."""
+        job, current = self.job, self.attempts[-1]
+        self.attempts[-1] = current.model_copy(update={"outcome": AttemptOutcome.MIGRATED, "ended_at": now})
+        job.cost_usd = status.cost + self._running_cost(status)
+        event = AttemptEnded(kind=EndKind.MIGRATED, pool=current.pool, at=now, attempt=current.attempt)
+        recovery = plan_recovery(job, self.attempts, event, now)
+        if recovery.result.action == "fail":
+            self.failed = f"{recovery.result.error}: {recovery.result.cause}"
+            return Decision(pool=None, give_up=self.failed)
+        self.blocks.extend(recovery.blocks)
+        standby = self._attempt(status, planned, now)
+        plan_standby(job, standby, status.work_done, now)
+        count_attempt(job, standby.attempt, now, running=True)
+        return Decision(pool=planned.pool)
 
     def _running_cost(self, status: JobStatus) -> float:
         """What the running instance has cost so far (reconcile's `attempt.cost(now)`)."""
@@ -411,26 +429,25 @@ class Spotrelay:
 
     def _launched(self, status: JobStatus, planned: PlannedPool, now: datetime) -> None:
         """An instance launched in `planned`'s pool: a new attempt, counted on the job, which runs (its
-        `running` event, at once); an attempt still open (the on-demand one a move back to spot hands over
-        from) ends."""
-        if self.attempts and self.attempts[-1].outcome is None:
-            self.attempts[-1] = self.attempts[-1].model_copy(
-                update={"outcome": AttemptOutcome.CANCELLED, "ended_at": now}
-            )
-        number = len(self.attempts) + 1
-        self.attempts.append(
-            Attempt(
-                job_id=self.job.job_id,
-                attempt=number,
-                pool=planned.pool,
-                hourly_price=planned.hourly_price,
-                started_at=now,
-                running_at=now,
-                relative_speed=planned.relative_speed,
-                work_done_hours_at_start=status.work_done,
-            )
+        `running` event, at once)."""
+        attempt = self._attempt(status, planned, now)
+        count_attempt(self.job, attempt.attempt, now, running=True)
+
+    def _attempt(self, status: JobStatus, planned: PlannedPool, now: datetime) -> Attempt:
+        """A new attempt in `planned`'s pool, launched and running now."""
+        assert not self.attempts or self.attempts[-1].outcome is not None, "an attempt is still open"
+        attempt = Attempt(
+            job_id=self.job.job_id,
+            attempt=len(self.attempts) + 1,
+            pool=planned.pool,
+            hourly_price=planned.hourly_price,
+            started_at=now,
+            running_at=now,
+            relative_speed=planned.relative_speed,
+            work_done_hours_at_start=status.work_done,
         )
-        count_attempt(self.job, number, now, running=True)
+        self.attempts.append(attempt)
+        return attempt
 
     def on_preempted(self, status: JobStatus, pool: Pool, ran_hours: float) -> None:
         """Recover: close the attempt, record the pool's interruption, and let `plan_recovery` (the job's

@@ -6,7 +6,8 @@ at the clock's now, so that the handlers' EC2 code path is the same as on AWS.
   first, as EC2 does.
 - RunInstances, for a spot launch (`InstanceMarketOptions.MarketType=spot`):
   a pool the market does not offer (no price) -> `Unsupported` (HTTP 400);
-  no capacity at now -> `InsufficientInstanceCapacity` (HTTP 500, as EC2 answers it);
+  no capacity at now, or capacity EC2 is taking back (gone within the two-minute interruption notice
+  its instances there are given) -> `InsufficientInstanceCapacity` (HTTP 500, as EC2 answers it);
   spot price above `SpotOptions.MaxPrice` -> `SpotMaxPriceTooLow` (HTTP 400);
   otherwise what `refusal_faults` answers, if set (spotrelay.local.chaos: refusals at random).
   On-demand launches always succeed (the market models spot capacity only).
@@ -36,6 +37,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from spotrelay.catalog import INSTANCE_TYPES as CATALOG
+from spotrelay.control.decisions import SPOT_NOTICE
 from spotrelay.local.clock import SimulationClock
 from spotrelay.market import SpotMarket
 from spotrelay.models import Market, Pool
@@ -217,7 +219,7 @@ class Ec2Market:
                 f"Availability Zone ({pool.availability_zone}).",
                 400,
             )
-        if self.market.capacity(pool, t) <= 0:
+        if self.market.capacity(pool, t) <= 0 or self._reclaiming(pool, t):
             return insufficient_capacity(pool)
         if max_price is not None and price > max_price:
             return Ec2Error(
@@ -227,6 +229,12 @@ class Ec2Market:
                 400,
             )
         return self.refusal_faults(pool) if self.refusal_faults is not None else None
+
+    def _reclaiming(self, pool: Pool, t: float) -> bool:
+        """The pool's capacity goes within EC2's two-minute notice of `t`: its instances have their
+        interruption warnings, and EC2 launches nothing into the capacity it is taking back."""
+        reclaimed_at = self.market.timeline(pool).capacity_timeline.first_zero(t)
+        return reclaimed_at - t < SPOT_NOTICE.total_seconds() / 3600
 
     def run_instances(self, response: Any, original: Callable[[Any], Any]) -> Any:
         """The patched `InstanceResponse.run_instances`: refuse as the market says, honour ClientToken,
