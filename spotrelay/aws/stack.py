@@ -25,9 +25,9 @@ from pydantic import ValidationError
 from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.wakeup import WAKEUP_SOURCE
+from spotrelay.control.accounting import on_demand_cost
 from spotrelay.control.admission import AdmissionLimits, never_admitted
 from spotrelay.control.dispatcher import job_id_for
-from spotrelay.control.lifecycle import on_demand_cost
 from spotrelay.control.ports import NotFoundError
 from spotrelay.control.vend import attempt_log_stream
 from spotrelay.field_problems import field_problems

@@ -25,8 +25,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.config import ERROR_CANCELLED
+from spotrelay.control.accounting import account, close_attempt
 from spotrelay.control.jobs import update_attempt, update_job
-from spotrelay.control.lifecycle import account, close_attempt
 from spotrelay.control.ports import Clock, Compute, JobStore, NotFoundError, Wakeup, Workflow
 from spotrelay.models import AttemptOutcome, Job, JobState, ensure_transition
 

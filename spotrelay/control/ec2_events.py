@@ -49,9 +49,9 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from spotrelay.config import ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
+from spotrelay.control.accounting import account, close_standby
 from spotrelay.control.decisions import warning_block
 from spotrelay.control.jobs import ask_handover, mark_running, update_attempt, update_job, withdraw_handover
-from spotrelay.control.lifecycle import account, close_standby
 from spotrelay.control.ports import Compute, JobStore, NotFoundError, Workflow
 from spotrelay.field_problems import field_problems
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PriceQuote, ensure_transition

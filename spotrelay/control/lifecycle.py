@@ -4,33 +4,42 @@ Each step is called by one Lambda with the state machine's payload, reads the jo
 idempotent: Step Functions retries a step after a timeout or a throttled invocation, and the second
 run must not launch a second instance, count an interruption twice or charge an attempt twice.
 Step results are small dicts the state machine's Choice states read (`action`, `wait_seconds`, ...).
+
+What each step decides is spotrelay.control.decisions (pure functions, which the benchmark runs too);
+how attempts are closed and jobs totalled, spotrelay.control.accounting; what an error's Cause says,
+spotrelay.control.causes. The four steps stay together here (about 600 lines): they are one state
+machine's, and read in its order.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spotrelay.catalog import INSTANCE_TYPES
 from spotrelay.config import (
     ERROR_CANCELLED,
-    ERROR_JOB_FAILED,
     LAUNCH_THROTTLED_RETRY_ATTEMPTS,
     LAUNCH_THROTTLED_RETRY_BACKOFF,
     LAUNCH_THROTTLED_RETRY_FIRST_SECONDS,
     LAUNCH_THROTTLED_RETRY_MAX_SECONDS,
 )
+from spotrelay.control.accounting import account, close_attempt, on_demand_cost
+from spotrelay.control.causes import (
+    MAX_ERROR_NAME_CHARS,
+    end_kind,
+    error_cause,
+    exit_code,
+    failure_reason,
+    lambda_error_message,
+)
 from spotrelay.control.decisions import (
     MAX_FAILURE_REASON_CHARS,
-    SPOT_NOTICE,
     THROTTLED_NOTE,
     THROTTLED_WAIT_MAX_SECONDS,
     MarketSeen,
@@ -101,17 +110,6 @@ THROTTLED_LAUNCHES_PER_HOUR = math.ceil(
 # the notice gives two minutes, the agent commits within them, plus slack for the upload's tail.
 FINAL_CHECKPOINT_WAIT_SECONDS = 150
 FINAL_CHECKPOINT_POLL_SECONDS = 15
-# What of a Step Functions error's Cause is parsed as JSON (Recover's exit code, a Lambda error's message).
-# A worker fails its own task with any Cause it likes, and Step Functions takes up to 32,768 characters: a
-# longer one, or one nested deeper than any Cause we write (the agent's and Lambda's are 1 and 2 deep), is
-# opaque, never parsed (json.loads recurses once per level: 16,000 brackets raise RecursionError).
-MAX_CAUSE_CHARS_PARSED = 32_768
-MAX_CAUSE_DEPTH = 32
-# An exit code read from a Cause: a process's (0-255, or minus a signal's number) fits in 32 bits; anything
-# else is no exit code (and would not fit on the failure reason's line).
-MAX_EXIT_CODE = 2**31 - 1
-# Step Functions' bound on an error's name (SendTaskFailure's `error`)
-MAX_ERROR_NAME_CHARS = 256
 
 
 class JobCancelled(Exception):  # the class name is the error name the state machine catches
@@ -457,68 +455,6 @@ def _launched(attempt: Attempt) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------- Recover
 
-_ERROR_KINDS: dict[str, EndKind] = {
-    "SpotInterrupted": EndKind.SPOT_INTERRUPTED,
-    "Migrating": EndKind.MIGRATED,
-    "InstanceLost": EndKind.INSTANCE_LOST,
-    "JobFailed": EndKind.JOB_FAILED,
-    "States.HeartbeatTimeout": EndKind.HEARTBEAT_TIMEOUT,
-    "States.Timeout": EndKind.HEARTBEAT_TIMEOUT,
-}
-
-
-def end_kind(error_name: str) -> EndKind:
-    """The state machine's error name as an EndKind; anything unknown counts as a lost instance."""
-    return _ERROR_KINDS.get(error_name, EndKind.INSTANCE_LOST)
-
-
-def parsed_cause(cause: str) -> dict[str, Any] | None:
-    """The JSON object a Step Functions error's Cause holds; None if it holds none, or is not parsed: over
-    MAX_CAUSE_CHARS_PARSED characters, nested deeper than MAX_CAUSE_DEPTH, or beyond what json takes (an
-    integer of more than 4,300 digits). Bounded before it is parsed: see MAX_CAUSE_CHARS_PARSED."""
-    if not cause.startswith("{") or len(cause) > MAX_CAUSE_CHARS_PARSED or not _nested_within(cause, MAX_CAUSE_DEPTH):
-        return None
-    try:
-        parsed = json.loads(cause)
-    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError, as is the integer-digits limit
-        return None
-    return parsed if isinstance(parsed, dict) else None
-
-
-# A JSON string (escapes included; unterminated: to the end) or one bracket: what `_nested_within` counts
-_JSON_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
-
-
-def _nested_within(text: str, depth: int) -> bool:
-    """Whether no bracket of `text` (outside its strings) opens more than `depth` levels deep: one scan, no
-    recursion, before json.loads would recurse."""
-    level = 0
-    for match in _JSON_STRING_OR_BRACKET.finditer(text):
-        token = match.group()
-        if token in ("[", "{"):
-            level += 1
-            if level > depth:
-                return False
-        elif token in ("]", "}"):
-            level -= 1
-    return True
-
-
-def _cause(error: Mapping[str, Any]) -> dict[str, Any]:
-    """What Recover reads of the error's Cause (the agent's `{"exit_code": n, "log_tail": ...}`): its JSON
-    object, or nothing when the Cause is not one, or too big or deep to parse (opaque: Recover still closes
-    the attempt and decides, without an exit code)."""
-    raw = error.get("Cause")
-    return (parsed_cause(raw) if isinstance(raw, str) else None) or {}
-
-
-def _exit_code(cause: Mapping[str, Any]) -> int | None:
-    """The Cause's exit code: an integer a process could exit with (not a boolean, not 4,000 digits)."""
-    code = cause.get("exit_code")
-    if isinstance(code, bool) or not isinstance(code, int) or abs(code) > MAX_EXIT_CODE:
-        return None
-    return code
-
 
 def recover_step(
     job_id: str, error: Mapping[str, Any], *, store: JobStore, compute: Compute, clock: Clock
@@ -528,14 +464,14 @@ def recover_step(
     blocked or preferred) or fail."""
     now = clock.now()
     kind = end_kind(str(error.get("Error", "")))
-    cause = _cause(error)
+    cause = error_cause(error)
     job, _ = store.get_job(job_id)
     attempts = store.attempts(job_id)
     current = next((a for a in attempts if a.attempt == job.attempts), None)
     if current is None:
         # no attempt to close: the job fails with the error as it came, its Cause one bounded line
         name, raw = error.get("Error"), error.get("Cause")
-        message = _lambda_error_message(raw) if isinstance(raw, str) else None
+        message = lambda_error_message(raw) if isinstance(raw, str) else None
         return StepResult(
             action="fail",
             error=printable(str(name or "Unknown"), MAX_ERROR_NAME_CHARS),
@@ -567,7 +503,7 @@ def recover_step(
         interrupted = kind.is_interruption and closed.interrupted_at is None  # ec2_events counted warnings
         store.record_pool_usage(closed.pool, closed.runtime_hours(now), int(interrupted))
     ended = [closed if a.attempt == current.attempt else a for a in attempts]
-    event = AttemptEnded(kind=kind, pool=current.pool, at=now, attempt=current.attempt, exit_code=_exit_code(cause))
+    event = AttemptEnded(kind=kind, pool=current.pool, at=now, attempt=current.attempt, exit_code=exit_code(cause))
 
     def change(fresh: Job) -> Recovery:
         if fresh.last_recovered_attempt < current.attempt or fresh.last_recovery is None:
@@ -580,73 +516,6 @@ def recover_step(
 
     _, recovery = update_job(store, job_id, change)
     return recovery.result
-
-
-def account(job: Job, attempts: Sequence[Attempt], pointer: CheckpointPointer | None, now: datetime) -> None:
-    """Derive the job's cost, lost work and progress from its ended attempts and checkpoint pointer
-    (derived, not accumulated, so that a retried step cannot count anything twice). An attempt's cost is its
-    settled bill once its instance's end was reported (`Attempt.cost`, spotrelay.models.billing), which may
-    come after its close: ec2_events derives the total again then."""
-    ended = [a for a in attempts if a.outcome is not None]
-    job.cost_usd = sum(a.cost(now) for a in ended)
-    job.lost_work_hours = sum(a.lost_work_hours for a in ended)
-    if pointer is not None:
-        job.work_done_hours = max(job.work_done_hours, pointer.work_done_hours)
-
-
-def close_attempt(
-    attempt: Attempt, outcome: AttemptOutcome, now: datetime, pointer: CheckpointPointer | None
-) -> Attempt:
-    """The attempt, ended at `now` (or as it already was), with its lost work accounted: progress
-    made since the instance was running, less what the checkpoints of this attempt preserved. An instance
-    never seen `running` made none (lost before it booted), unless something says it ran (a notice, a
-    checkpoint of this attempt): then its `running` event was lost or late, and it ran from its launch.
-    It ran until `now` at the latest, but no longer than its instance: a Recover that comes late (the
-    control plane was down, its events were dead-lettered and redriven) does not count the time since as
-    work lost. The instance's end is its reported billing end if one came, and for an interrupted spot
-    instance at most the notice's two minutes after the warning."""
-    if attempt.outcome is not None:
-        return attempt
-    until = now
-    if attempt.billed_until is not None:
-        until = min(until, attempt.billed_until)
-    if attempt.interrupted_at is not None and attempt.pool.market is Market.SPOT:
-        until = min(until, attempt.interrupted_at + SPOT_NOTICE)
-    own = pointer if pointer is not None and pointer.attempt == attempt.attempt else None  # its checkpoint
-    ran_from = attempt.running_at
-    if ran_from is None and (
-        attempt.interrupted_at is not None
-        or attempt.rebalance_at is not None
-        or attempt.migrate_requested_at is not None
-        or own is not None
-    ):
-        ran_from = attempt.started_at
-    ran = 0.0 if ran_from is None else max(0.0, (until - ran_from).total_seconds() / 3600)
-    progress = ran * attempt.relative_speed
-    saved = 0.0 if own is None else max(0.0, own.work_done_hours - attempt.work_done_hours_at_start)
-    # Nothing of it is lost when it succeeded; when it is a standby, which never ran the job (no token); or
-    # when its own final checkpoint (taken once the job stopped, at a notice or a handover) is the newest:
-    # everything it did is what the next attempt restores, whether or not the job reports its progress.
-    kept_all = own is not None and own.final
-    nothing_lost = outcome is AttemptOutcome.SUCCEEDED or attempt.is_standby or kept_all
-    lost = 0.0 if nothing_lost else max(0.0, progress - saved)
-    return attempt.model_copy(update={"outcome": outcome, "ended_at": now, "lost_work_hours": lost})
-
-
-def close_standby(store: JobStore, standby: Attempt, outcome: AttemptOutcome, at: datetime) -> Attempt | None:
-    """Close a standby (a conditional write: one Launch adopted meanwhile is no longer a standby and stays
-    open) and put its hours into its pool's record. The closed attempt, or None if this call did not close it."""
-    closed, changed = update_attempt(
-        store,
-        standby.job_id,
-        standby.attempt,
-        lambda fresh: close_attempt(fresh, outcome, at, None) if fresh.is_standby else None,
-    )
-    if not changed:
-        return None
-    if closed.pool.market is Market.SPOT and closed.running_at is not None:
-        store.record_pool_usage(closed.pool, closed.runtime_hours(at), 0)
-    return closed
 
 
 # ------------------------------------------------------------------------------------------ Finalize
@@ -733,37 +602,6 @@ def _via_running(current: JobState, target: JobState) -> JobState:
 
 def _reason(error: Mapping[str, Any], existing: str | None) -> str:
     return existing or failure_reason(error)
-
-
-def failure_reason(error: Mapping[str, Any]) -> str:
-    """The error the state machine caught (`{"Error", "Cause"}`) as a job's `failure_reason`: one line of at
-    most MAX_FAILURE_REASON_CHARS, its name and what it says. A Lambda function's error comes with its whole
-    envelope as the Cause (errorMessage, errorType, requestId, stackTrace): only the message is kept."""
-    name = str(error.get("Error") or ERROR_JOB_FAILED)
-    cause = error.get("Cause")
-    text = cause if isinstance(cause, str) else ""
-    message = _lambda_error_message(text)
-    line = " ".join(f"{name}: {text if message is None else message}".split()) if text else name
-    return printable(line, MAX_FAILURE_REASON_CHARS)
-
-
-def _lambda_error_message(cause: str) -> str | None:
-    """The `errorMessage` of a Lambda error envelope, None if `cause` is not one (or is not parsed:
-    `parsed_cause`)."""
-    parsed = parsed_cause(cause)
-    message = parsed.get("errorMessage") if parsed is not None and "errorType" in parsed else None
-    return message if isinstance(message, str) else None
-
-
-def on_demand_cost(attempts: Sequence[Attempt], now: datetime) -> float:
-    """What the attempts' billed instance hours would have cost on on-demand (the catalog's prices): the
-    baseline a job's savings are measured against."""
-    total = 0.0
-    for attempt in attempts:
-        facts = INSTANCE_TYPES.get(attempt.pool.instance_type)
-        if facts is not None and facts.on_demand_usd_per_hour is not None:
-            total += facts.on_demand_usd_per_hour * attempt.billed_hours(now)
-    return total
 
 
 def summarize(job: Job, attempts: Sequence[Attempt], now: datetime) -> JobSummary:

@@ -44,6 +44,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED, ORPHAN_GRACE_SECONDS
+from spotrelay.control.accounting import account, close_attempt, close_standby
 from spotrelay.control.decisions import rank_pools, standby_pools
 from spotrelay.control.ec2_events import (
     Interrupt,
@@ -56,9 +57,6 @@ from spotrelay.control.ec2_events import (
 from spotrelay.control.jobs import ask_handover, mark_running, update_attempt, update_job, withdraw_handover
 from spotrelay.control.lifecycle import (
     PlacementContext,
-    account,
-    close_attempt,
-    close_standby,
     launch_in_pool,
     market_seen,
     stop_for_ended_job,

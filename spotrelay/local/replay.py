@@ -73,8 +73,8 @@ from spotrelay.config import (
     TAG_ATTEMPT,
     TAG_JOB_ID,
 )
+from spotrelay.control.accounting import on_demand_cost
 from spotrelay.control.dispatcher import job_id_for
-from spotrelay.control.lifecycle import on_demand_cost
 from spotrelay.control.ports import NotFoundError
 from spotrelay.local import patches
 from spotrelay.local.chaos import Chaos, ChaosKind, ChaosReport

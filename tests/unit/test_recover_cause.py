@@ -9,8 +9,8 @@ import json
 import pytest
 from control_builders import World, error
 
+from spotrelay.control.causes import MAX_CAUSE_CHARS_PARSED, parsed_cause
 from spotrelay.control.decisions import MAX_FAILURE_REASON_CHARS
-from spotrelay.control.lifecycle import MAX_CAUSE_CHARS_PARSED, parsed_cause
 from spotrelay.models import AttemptOutcome, JobState
 
 DEEP = '{"exit_code": 3, "log_tail": ' + "[" * 16_000 + "]" * 16_000 + "}"  # 32,025 characters: within the bound
