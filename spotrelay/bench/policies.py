@@ -66,7 +66,7 @@ from spotrelay.control.decisions import (
     plan_recovery,
     plan_standby,
     rank_pools,
-    reclaiming_pool,
+    reclaim_ends,
     refusal_block,
     standby_pools,
     warning_block,
@@ -330,7 +330,7 @@ class Spotrelay:
                 now,
                 migrates=self.migrate,  # with migration, rule 1 (catch up on on-demand)
                 out_of_patience=patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
-                reclaiming=reclaiming_pool(self.attempts, now),  # none: the engine preempts at the reclaim
+                reclaiming=self._reclaiming(now),
             )
             result = plan_place(job, ranking, status.work_done, now)
             if result.action == "fail":
@@ -345,6 +345,13 @@ class Spotrelay:
                 return self._stay_on_demand(status, launched)
             return Decision(pool=launched)
         raise AssertionError(f"{job.job_id}: Place and Launch went round {MAX_PLACE_ROUNDS} times at {t} h")
+
+    def _reclaiming(self, now: datetime) -> Pool | None:
+        """Place's `reclaim_ends` of the latest attempt: never here, since the engine preempts an instance
+        when its capacity goes, at the notice's end (and Place's wait for it, `plan_reclaim_wait`, is never
+        needed)."""
+        latest = self.attempts[-1] if self.attempts else None
+        return latest.pool if latest is not None and reclaim_ends(latest, now) is not None else None
 
     def _launch(self, status: JobStatus, now: datetime) -> Pool | None:
         """The Run task: the plan's pools in order until one launches (None: every one refused)."""
@@ -458,7 +465,7 @@ class Spotrelay:
         current = self.attempts[-1]
         # the interruption warning, two minutes before (ec2_events), blocks the pool for every job
         self.blocks.append(warning_block(current, now - SPOT_NOTICE, INTERRUPTION_BLOCK_MINUTES))
-        warned = {"interrupted_at": now - SPOT_NOTICE}
+        warned = {"interrupted_at": now - SPOT_NOTICE}  # the warning, when EC2 gave it
         self.attempts[-1] = current.model_copy(
             update={"outcome": AttemptOutcome.INTERRUPTED, "ended_at": now, **warned}
         )

@@ -159,18 +159,29 @@ def rank_pools(
     )
 
 
-def reclaiming_pool(attempts: Sequence[Attempt], now: datetime) -> Pool | None:
-    """The spot pool whose interrupted instance EC2 is still taking back at `now` (an interruption warning
-    less than SPOT_NOTICE ago), if any: Recover goes on as soon as the final checkpoint is committed,
-    seconds into the notice, and the pool still has the capacity that is being reclaimed until it ends."""
-    for attempt in reversed(attempts):
-        if (
-            attempt.pool.market is Market.SPOT
-            and attempt.interrupted_at is not None
-            and now < attempt.interrupted_at + SPOT_NOTICE
-        ):
-            return attempt.pool
-    return None
+def reclaim_ends(attempt: Attempt | None, now: datetime) -> datetime | None:
+    """When EC2 has taken back the instance of the job's latest attempt, if it is still doing so at `now`
+    (a spot interruption warning less than SPOT_NOTICE ago; None otherwise): Recover goes on as soon as the
+    final checkpoint is committed, seconds into the notice, and until the notice ends the pool still shows
+    the capacity that is being reclaimed."""
+    if attempt is None or attempt.pool.market is not Market.SPOT or attempt.interrupted_at is None:
+        return None
+    ends = attempt.interrupted_at + SPOT_NOTICE
+    return ends if now < ends else None
+
+
+def plan_reclaim_wait(job: Job, pool: Pool, ends: datetime, now: datetime) -> StepResult:
+    """Place for a job that prefers the pool EC2 is still taking its instance back from (same-pool-first,
+    or a lost only pool): wait for the notice to end, then go back to it (an instance launched now would run
+    on the capacity being reclaimed, and be lost again within the notice). Not a wait for capacity: the
+    job's patience (`waiting_since`) and backoff (`place_waits`) are left as they are."""
+    if job.cancel_requested or job.state.is_terminal:
+        return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
+    job.state = ensure_transition(job.state, JobState.PLACING)
+    job.state = ensure_transition(job.state, JobState.WAITING)
+    job.updated_at = now
+    seconds = max(MIN_WAIT_SECONDS, math.ceil((ends - now).total_seconds()))
+    return StepResult(action="wait", wait_seconds=seconds, cause=f"EC2 is taking its instance in {pool} back")
 
 
 def plan_place(job: Job, decision: Placement, work_done: float, now: datetime) -> StepResult:

@@ -53,10 +53,11 @@ from spotrelay.control.decisions import (
     one_line,
     patience_spent,
     plan_place,
+    plan_reclaim_wait,
     plan_recovery,
     plan_standby,
     rank_pools,
-    reclaiming_pool,
+    reclaim_ends,
     refusal_block,
 )
 from spotrelay.control.dispatcher import printable
@@ -69,6 +70,8 @@ from spotrelay.control.ports import (
     InstanceRef,
     JobStore,
     LaunchRefused,
+    NotFoundError,
+    UnreadableRecordError,
     Wakeup,
 )
 from spotrelay.control.ports import LaunchRequest as LaunchRequestModel
@@ -156,17 +159,28 @@ def place_step(
 
     pointer = store.get_checkpoint(job_id)
     work_done = pointer.work_done_hours if pointer is not None else job.work_done_hours
-    # A standby only ever waits for a job that Recover has just taken off its attempt (RECOVERING).
-    # The attempts, for a job Recover has just taken off its attempt (RECOVERING), or one that prefers a pool
-    # (same-pool-first, a lost only pool): a job waiting for capacity otherwise costs no query here.
-    attempts = store.attempts(job_id) if job.state is JobState.RECOVERING or job.preferred_pool is not None else []
+    # A standby only ever waits for a job that Recover has just taken off its attempt (RECOVERING): a job
+    # waiting for capacity costs no query here (one read of its latest attempt if it prefers a pool).
+    latest: Attempt | None = None
     if job.state is JobState.RECOVERING:
+        attempts = store.attempts(job_id)
+        latest = next((a for a in attempts if a.attempt == job.attempts), None)
         standby = next((a for a in attempts if a.is_standby and a.handover_from == job.attempts), None)
         if standby is not None:
             # The job was handed back to move onto the standby launched ahead of it (make-before-break):
             # no new decision, Launch adopts the standby (or launches as usual if it has ended meanwhile).
             _, planned = update_job(store, job_id, lambda fresh: plan_standby(fresh, standby, work_done, now))
             return planned
+    elif job.preferred_pool is not None and job.attempts > 0:
+        try:
+            latest = store.get_attempt(job_id, job.attempts)
+        except (NotFoundError, UnreadableRecordError):  # as before this read: nothing said it is reclaimed
+            latest = None
+    ends = reclaim_ends(latest, now)
+    if ends is not None and latest is not None and latest.pool == job.preferred_pool:
+        pool = latest.pool
+        _, waited = update_job(store, job_id, lambda fresh: plan_reclaim_wait(fresh, pool, ends, now))
+        return waited
     # `migrates`: reconcile moves a job running on on-demand back to spot once it is ahead of the uniform
     # line again (Uniform Progress's rule 3), so an idle job behind schedule with no spot catches up on
     # on-demand (rule 1) once it is behind by more than rule 1's band (spotrelay.policy.market_choice). The
@@ -179,7 +193,7 @@ def place_step(
         now,
         migrates=True,
         out_of_patience=patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
-        reclaiming=reclaiming_pool(attempts, now),
+        reclaiming=latest.pool if ends is not None and latest is not None else None,
     )
     _, result = update_job(store, job_id, lambda fresh: plan_place(fresh, decision, work_done, now))
     return result

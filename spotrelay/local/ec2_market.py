@@ -234,7 +234,8 @@ class Ec2Market:
         """The pool's capacity goes within EC2's two-minute notice of `t`: its instances have their
         interruption warnings, and EC2 launches nothing into the capacity it is taking back."""
         reclaimed_at = self.market.timeline(pool).capacity_timeline.first_zero(t)
-        return reclaimed_at - t < SPOT_NOTICE.total_seconds() / 3600
+        # in whole seconds: hours carry rounding, and a launch exactly a notice ahead of the reclaim is taken
+        return round((reclaimed_at - t) * 3600, 6) < SPOT_NOTICE.total_seconds()
 
     def run_instances(self, response: Any, original: Callable[[Any], Any]) -> Any:
         """The patched `InstanceResponse.run_instances`: refuse as the market says, honour ClientToken,

@@ -768,12 +768,13 @@ def test_recover_with_same_pool_first_prefers_the_lost_pool_instead_of_blocking_
     assert world.blocked() == {}
 
 
-def test_a_preferred_pool_is_not_offered_while_ec2_is_still_reclaiming_its_lost_instance() -> None:
+def test_a_job_that_prefers_the_pool_ec2_is_still_reclaiming_waits_for_the_notice_then_goes_back_to_it() -> None:
     # Given a same-pool-first job warned 25 s ago, whose final checkpoint is committed (Recover goes on)
     world = World()
     world.running(recovery="same-pool-first")
     world.advance(hours=1)
     world.warned()
+    warned_at = world.clock.now()
     world.store.blocks.clear()  # the warning's own block aside: the preference exempts the job from it
     world.clock.advance(25)
     world.checkpoint(attempt=1, seq=1, work_done_hours=0.9, final=True)
@@ -781,13 +782,38 @@ def test_a_preferred_pool_is_not_offered_while_ec2_is_still_reclaiming_its_lost_
     assert world.job().preferred_pool == CHEAPEST
     # When Place runs while the two-minute notice still runs
     within = world.place()
-    # Then the lost pool is not planned (an instance there would run on the capacity being reclaimed)
-    assert within.action == "launch"
-    assert CHEAPEST not in planned_pools(world)
-    # And once the notice has run out, it is the pool the job goes back to first
-    world.clock.advance(120)
-    world.place()
+    # Then the job waits for the notice to end (an instance launched now would run on the capacity being
+    # reclaimed), without spending its patience, and keeps its preference
+    assert (within.action, within.wait_seconds) == ("wait", 95)
+    job = world.job()
+    assert (job.state, job.preferred_pool, job.waiting_since, job.place_waits) == (
+        JobState.WAITING,
+        CHEAPEST,
+        None,
+        0,
+    )
+    # And once the notice has run out, it goes back to that pool first
+    world.clock.current = warned_at + timedelta(minutes=2)
+    assert world.place().action == "launch"
     assert planned_pools(world)[0] == CHEAPEST
+
+
+def test_a_pool_ec2_is_still_reclaiming_is_not_offered_to_a_job_that_does_not_prefer_it() -> None:
+    # Given an eager-next-pool job warned 25 s ago in its pool, whose block has lapsed already (a deployment
+    # with a short block) and whose final checkpoint is committed
+    world = World()
+    world.running()
+    world.advance(hours=1)
+    world.warned()
+    world.clock.advance(25)
+    world.checkpoint(attempt=1, seq=1, work_done_hours=0.9, final=True)
+    assert world.recover().action == "relaunch"
+    world.store.blocks.clear()
+    # When Place runs within the notice
+    placed = world.place()
+    # Then it plans the other pools, not the one being reclaimed
+    assert placed.action == "launch"
+    assert CHEAPEST not in planned_pools(world)
 
 
 # ============================================================================================ Finalize
