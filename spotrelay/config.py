@@ -25,6 +25,9 @@ METRICS_NAMESPACE = "spotrelay"
 # The schedule that runs the dispatcher and reconcile (the safety net for missed events, and the moves of
 # on-demand jobs back to spot): how soon a job on on-demand notices that spot is worth going back to.
 SCHEDULE_MINUTES = 5
+# EC2 reclaims a spot instance two minutes after its interruption warning: it runs no longer than that.
+# Source: "Spot Instance interruption notices", Amazon EC2 User Guide.
+SPOT_NOTICE_SECONDS = 120
 # An interruption warning keeps its pool out for every job this long (the stack's `block_minutes`, by
 # default): Karpenter marks an interrupted offering unavailable for its ICE-cache TTL, 3 min
 # (aws/karpenter-provider-aws pkg/cache).

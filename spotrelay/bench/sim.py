@@ -180,19 +180,20 @@ class JobContext:
 
     def can_launch(self, pool: Pool, t: float) -> bool:
         """A launch in `pool` at `t` succeeds: on-demand when its price is within the job's cap; spot when
-        the pool has capacity and its price is not above the cap. (The rescue alone may break the cap.)"""
+        the pool has capacity, not being taken back (`PoolTimeline.launchable`: as the local EC2 answers), and
+        its price is not above the cap. (The rescue alone may break the cap.)"""
         if pool.market is Market.ON_DEMAND:
             price = self.job.on_demand_prices.get(pool.instance_type)
             cap = self.job.max_price
             return price is not None and (cap is None or price <= cap)
         found = self._by_pool.get(pool)
-        return found is not None and found.timeline.available(t, self.job.max_price)
+        return found is not None and found.timeline.launchable(t, self.job.max_price)
 
     def spot_choices(self, t: float) -> list[PoolView]:
         """The spot pools a launch at `t` would get, cheapest per unit of work first (then by price and
         pool order: instance type, zone)."""
         cap = self.job.max_price
-        choices = [v for v in self.spot_pools if v.timeline.available(t, cap)]
+        choices = [v for v in self.spot_pools if v.timeline.launchable(t, cap)]
         choices.sort(
             key=lambda v: (_price(v, t) / v.speed, _price(v, t), v.pool.instance_type, v.pool.availability_zone)
         )

@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.catalog import INSTANCE_TYPES, family_of
-from spotrelay.config import ERROR_CANCELLED
+from spotrelay.config import ERROR_CANCELLED, SPOT_NOTICE_SECONDS
 from spotrelay.control.dispatcher import printable
 from spotrelay.models import Attempt, Job, JobSpec, JobState, Market, PlannedPool, Pool, PriceQuote, ensure_transition
 from spotrelay.policy import (
@@ -82,9 +82,7 @@ THROTTLED_NOTE = "EC2 throttled RunInstances"  # how Launch's note of a throttle
 # A failed job's `failure_reason` (`spotrelay status`, the replay's timeline): one line, the error's name and
 # message, never a stack trace.
 MAX_FAILURE_REASON_CHARS = 500
-# EC2 reclaims a spot instance two minutes after its interruption warning: it runs no longer than that.
-# Source: "Spot Instance interruption notices", Amazon EC2 User Guide.
-SPOT_NOTICE = timedelta(minutes=2)
+SPOT_NOTICE = timedelta(seconds=SPOT_NOTICE_SECONDS)  # EC2's interruption notice (spotrelay.config)
 # Spot pools a job on on-demand tries for its standby per reconcile run (each refusal blocks its pool)
 STANDBY_POOLS_TRIED = 3
 

@@ -37,7 +37,6 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from spotrelay.catalog import INSTANCE_TYPES as CATALOG
-from spotrelay.control.decisions import SPOT_NOTICE
 from spotrelay.local.clock import SimulationClock
 from spotrelay.market import SpotMarket
 from spotrelay.models import Market, Pool
@@ -219,7 +218,7 @@ class Ec2Market:
                 f"Availability Zone ({pool.availability_zone}).",
                 400,
             )
-        if self.market.capacity(pool, t) <= 0 or self._reclaiming(pool, t):
+        if self.market.capacity(pool, t) <= 0 or self.market.timeline(pool).reclaiming(t):
             return insufficient_capacity(pool)
         if max_price is not None and price > max_price:
             return Ec2Error(
@@ -229,13 +228,6 @@ class Ec2Market:
                 400,
             )
         return self.refusal_faults(pool) if self.refusal_faults is not None else None
-
-    def _reclaiming(self, pool: Pool, t: float) -> bool:
-        """The pool's capacity goes within EC2's two-minute notice of `t`: its instances have their
-        interruption warnings, and EC2 launches nothing into the capacity it is taking back."""
-        reclaimed_at = self.market.timeline(pool).capacity_timeline.first_zero(t)
-        # in whole seconds: hours carry rounding, and a launch exactly a notice ahead of the reclaim is taken
-        return round((reclaimed_at - t) * 3600, 6) < SPOT_NOTICE.total_seconds()
 
     def run_instances(self, response: Any, original: Callable[[Any], Any]) -> Any:
         """The patched `InstanceResponse.run_instances`: refuse as the market says, honour ClientToken,

@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Self, TypeVar
 
+from spotrelay.config import SPOT_NOTICE_SECONDS
 from spotrelay.market.traces import (
     AvailabilityTrace,
     load_price_history,
@@ -245,12 +246,24 @@ class PoolTimeline:
         return self._cvalues[bisect_right(self._ctimes, t) - 1]
 
     def available(self, t: float, max_price: float | None = None) -> bool:
-        """An instance can be launched at `t`: the pool is offered, has capacity, and its price is
-        not above `max_price`."""
+        """The pool is offered at `t`, has capacity, and its price is not above `max_price`."""
         price = self._prices[bisect_right(self._ptimes, t) - 1]
         if price is None or (max_price is not None and price > max_price):
             return False
         return self._cvalues[bisect_right(self._ctimes, t) - 1] > 0
+
+    def launchable(self, t: float, max_price: float | None = None) -> bool:
+        """An instance can be launched at `t`: `available`, and its capacity not being taken back
+        (`reclaiming`)."""
+        return self.available(t, max_price) and not self.reclaiming(t)
+
+    def reclaiming(self, t: float) -> bool:
+        """The pool's capacity goes within EC2's two-minute interruption notice of `t`: its instances have
+        their warnings, and EC2 launches nothing into the capacity it is taking back (the local EC2 refuses
+        such a launch, and the bench offers none)."""
+        reclaimed_at = self._capacity.first_zero(t)
+        # in whole seconds: hours carry rounding, and a launch exactly a notice ahead of the reclaim is taken
+        return round((reclaimed_at - t) * 3600, 6) < SPOT_NOTICE_SECONDS
 
     def interruption_time(self, start_t: float, max_price: float | None = None) -> float | None:
         """The first time >= start_t when an instance started at `start_t` loses it: no capacity, or
