@@ -365,11 +365,13 @@ def refusal_block(pool: Pool, code: str, now: datetime) -> BlockedPool:
 
 def warning_block(attempt: Attempt, at: datetime, block_minutes: float) -> BlockedPool:
     """The block an interruption warning (at `at`) puts on its attempt's pool, for every job: the
-    deployment's `block_minutes` (spotrelay.config.INTERRUPTION_BLOCK_MINUTES by default). A job whose only
-    spot pool this is is exempt: its recovery prefers the pool."""
+    deployment's `block_minutes` (spotrelay.config.INTERRUPTION_BLOCK_MINUTES by default), and at least
+    until the notice ends (a shorter setting would offer other jobs the capacity being reclaimed). A job
+    whose only spot pool this is is exempt: its recovery prefers the pool (and waits for the notice's end,
+    `plan_reclaim_wait`)."""
     return BlockedPool(
         pool=attempt.pool,
-        until=at + timedelta(minutes=block_minutes),
+        until=at + max(timedelta(minutes=block_minutes), SPOT_NOTICE),
         reason=f"spot interruption warning for attempt {attempt.attempt}",
     )
 

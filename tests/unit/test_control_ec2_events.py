@@ -12,7 +12,7 @@ import pytest
 from control_builders import BLOCK_MINUTES, CHEAPEST, World, error, recorded_event
 
 from spotrelay.control.decisions import SPOT_NOTICE
-from spotrelay.control.ec2_events import Ec2Event, MalformedEvent
+from spotrelay.control.ec2_events import Ec2Event, MalformedEvent, handle_ec2_event
 from spotrelay.models import JobState, Market, Pool
 
 WARNING = "spot-interruption-warning.json"
@@ -76,6 +76,17 @@ def test_the_only_spot_pool_of_a_job_is_blocked_for_others_but_not_for_it(events
     world.clock.current = warning.time + SPOT_NOTICE
     assert world.place().action == "launch"
     assert world.job().placement[0].pool == CHEAPEST
+
+
+def test_a_warning_blocks_its_pool_for_every_job_at_least_until_the_notice_ends(events_dir: Path) -> None:
+    # Given a deployment whose warning block (1 minute) is shorter than EC2's two-minute notice
+    world = World()
+    world.running()
+    warning = event(events_dir, WARNING, world)
+    # When the warning is handled
+    handle_ec2_event(warning, store=world.store, workflow=world.workflow, compute=world.compute, block_minutes=1)
+    # Then its pool stays blocked for every job until the instance is gone, not only for the minute
+    assert blocked_at(world, warning)[CHEAPEST] == warning.time + SPOT_NOTICE
 
 
 def test_a_warning_and_a_rebalance_handled_at_once_keep_both_marks(events_dir: Path) -> None:
