@@ -79,7 +79,6 @@ from spotrelay.policy import (
     InterruptionModel,
     MarketAction,
     PoolObservation,
-    active_blocks,
     market_choice,
     placement,
 )
@@ -281,10 +280,6 @@ class Spotrelay:
         submitted = self._now(bench_job.submit_hours)
         self.job = Job(job_id=bench_job.name, spec=bench_job.spec, submitted_at=submitted, updated_at=submitted)
 
-    @property
-    def preferred(self) -> Pool | None:
-        return self.job.preferred_pool
-
     def _now(self, t: float) -> datetime:
         return self.ctx.market.to_datetime(t)
 
@@ -356,8 +351,7 @@ class Spotrelay:
     def _launch(self, status: JobStatus, now: datetime) -> Pool | None:
         """The Run task: the plan's pools in order until one launches (None: every one refused)."""
         job = self.job
-        blocked = active_blocks(self.blocks, now) - {job.preferred_pool}
-        for planned in launch_order(job, blocked, self.zones):
+        for planned in launch_order(job, self.blocks, self.zones, now):
             if not self.ctx.can_launch(planned.pool, status.t):
                 self.blocks.append(refusal_block(planned.pool, "InsufficientInstanceCapacity", now))
                 forget_preference(job, planned.pool, now)

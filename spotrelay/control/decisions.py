@@ -137,7 +137,7 @@ def rank_pools(
     pool of an interruption whose notice still runs, is never offered (an instance launched there now
     would be launched into the capacity EC2 is reclaiming, and lost again within the notice)."""
     limits = job.spec.limits
-    blocked = active_blocks(market.blocks, now) - {job.preferred_pool}
+    blocked = blocked_for(job, market.blocks, now)
     return place(
         job.spec,
         market.quotes,
@@ -157,6 +157,19 @@ def rank_pools(
     )
 
 
+def blocked_for(job: Job, blocks: Iterable[BlockedPool], now: datetime) -> frozenset[Pool]:
+    """The pools `blocks` keep the job out of at `now`: those blocked then, less the pool its recovery
+    prefers (same-pool-first, a lost only pool), which is exempt from the blocks its own loss put there."""
+    return active_blocks(blocks, now) - {job.preferred_pool}
+
+
+def _ended(job: Job) -> StepResult | None:
+    """Place's answer for a job cancelled or ended meanwhile (the state machine finalizes it), else None."""
+    if job.cancel_requested or job.state.is_terminal:
+        return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
+    return None
+
+
 def reclaim_ends(attempt: Attempt | None, now: datetime) -> datetime | None:
     """When EC2 has taken back the instance of the job's latest attempt, if it is still doing so at `now`
     (a spot interruption warning less than SPOT_NOTICE ago; None otherwise): Recover goes on as soon as the
@@ -173,8 +186,8 @@ def plan_reclaim_wait(job: Job, pool: Pool, ends: datetime, now: datetime) -> St
     or a lost only pool): wait for the notice to end, then go back to it (an instance launched now would run
     on the capacity being reclaimed, and be lost again within the notice). Not a wait for capacity: the
     job's patience (`waiting_since`) and backoff (`place_waits`) are left as they are."""
-    if job.cancel_requested or job.state.is_terminal:
-        return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
+    if (ended := _ended(job)) is not None:
+        return ended
     job.state = ensure_transition(job.state, JobState.PLACING)
     job.state = ensure_transition(job.state, JobState.WAITING)
     job.updated_at = now
@@ -187,8 +200,8 @@ def plan_place(job: Job, decision: Placement, work_done: float, now: datetime) -
     preferred one first, same-pool-first, if placement still finds it feasible), wait, or give up with
     NoCapacity once its patience is spent with nothing launched; after a launch EC2 throttled past the Run
     task's retries, wait before planning again however many pools rank. A job cancelled or ended fails."""
-    if job.cancel_requested or job.state.is_terminal:
-        return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
+    if (ended := _ended(job)) is not None:
+        return ended
     throttled = launch_throttled(job)
     job.state = ensure_transition(job.state, JobState.PLACING)
     job.work_done_hours = max(job.work_done_hours, work_done)
@@ -223,8 +236,8 @@ def plan_place(job: Job, decision: Placement, work_done: float, now: datetime) -
 def plan_standby(job: Job, standby: Attempt, work_done: float, now: datetime) -> StepResult:
     """Place for a job handed back to move onto the standby launched ahead of it (make-before-break): no
     new decision, the plan is the standby's pool, which Launch adopts."""
-    if job.cancel_requested or job.state.is_terminal:
-        return StepResult(action="fail", error=ERROR_CANCELLED, cause="cancelled by the user")
+    if (ended := _ended(job)) is not None:
+        return ended
     job.state = ensure_transition(job.state, JobState.PLACING)
     job.work_done_hours = max(job.work_done_hours, work_done)
     job.placement = (
@@ -349,10 +362,10 @@ def _seconds_to_safety_net(market: MarketDecision) -> int:
 # -------------------------------------------------------------------------------------------- Launch
 
 
-def launch_order(job: Job, blocked: Collection[Pool], zones: Collection[str]) -> list[PlannedPool]:
+def launch_order(job: Job, blocks: Iterable[BlockedPool], zones: Collection[str], now: datetime) -> list[PlannedPool]:
     """The pools of the job's plan that Launch tries, in the plan's order: those in a zone the deployment
-    has a subnet in (`zones`) and not blocked now (`blocked`: the active blocks less the job's preferred
-    pool, as in `rank_pools`)."""
+    has a subnet in (`zones`) and not blocked for the job at `now` (`blocked_for`)."""
+    blocked = blocked_for(job, blocks, now)
     return [p for p in job.placement if p.pool.availability_zone in zones and p.pool not in blocked]
 
 

@@ -88,7 +88,6 @@ from spotrelay.policy import (
     AttemptEnded,
     EndKind,
     InterruptionModel,
-    active_blocks,
 )
 
 
@@ -177,9 +176,9 @@ def place_step(
         except (NotFoundError, UnreadableRecordError):  # as before this read: nothing said it is reclaimed
             latest = None
     ends = reclaim_ends(latest, now)
-    if ends is not None and latest is not None and latest.pool == job.preferred_pool:
-        pool = latest.pool
-        _, waited = update_job(store, job_id, lambda fresh: plan_reclaim_wait(fresh, pool, ends, now))
+    reclaiming = latest.pool if latest is not None and ends is not None else None
+    if ends is not None and reclaiming is not None and reclaiming == job.preferred_pool:
+        _, waited = update_job(store, job_id, lambda fresh: plan_reclaim_wait(fresh, reclaiming, ends, now))
         return waited
     # `migrates`: reconcile moves a job running on on-demand back to spot once it is ahead of the uniform
     # line again (Uniform Progress's rule 3), so an idle job behind schedule with no spot catches up on
@@ -193,7 +192,7 @@ def place_step(
         now,
         migrates=True,
         out_of_patience=patience_spent(job.waiting_since, job.spec.limits.max_wait_hours, now),
-        reclaiming=latest.pool if ends is not None and latest is not None else None,
+        reclaiming=reclaiming,
     )
     _, result = update_job(store, job_id, lambda fresh: plan_place(fresh, decision, work_done, now))
     return result
@@ -272,9 +271,8 @@ def launch_step(
     if stale_instances:
         compute.terminate(stale_instances)
     number = max([job.attempts, *(a.attempt for a in attempts)]) + 1
-    blocked = active_blocks(store.blocked_pools(now), now) - {job.preferred_pool}
     refusals: list[str] = []
-    for planned in launch_order(job, blocked, context.subnets):
+    for planned in launch_order(job, store.blocked_pools(now), context.subnets, now):
         pool = planned.pool
         try:
             instance_id = launch_in_pool(job, number, planned, store=store, compute=compute, now=now, context=context)
