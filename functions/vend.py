@@ -15,6 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, Field
 
+from spotrelay.aws.clock import SystemClock
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.vend import AgentLogStreams, StsCallerIdentity, StsJobRole, checked_identity_headers
 from spotrelay.config import VendSettings
@@ -24,6 +25,7 @@ settings = VendSettings.from_env(os.environ)
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
+clock = SystemClock()
 region = boto3.session.Session().region_name or ""
 store = DynamoJobStore(settings.table_name, boto3.client("dynamodb"))
 identity = StsCallerIdentity(region, endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
@@ -56,6 +58,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             sessions=sessions,
             worker_role_arn=settings.worker_role_arn,
             resources=resources,
+            now=clock.now(),
         )
     except VendRefused as e:
         metrics.add_metric(name="CredentialsRefused", unit=MetricUnit.Count, value=1)
@@ -63,7 +66,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         raise
     grant = vended.grant
     logger.append_keys(job_id=grant.job_id, attempt=grant.attempt)
-    logger.info("credentials vended", extra={"instance_id": grant.instance_id, "session_name": grant.session_name})
+    logger.info(
+        "credentials vended",
+        extra={"instance_id": grant.instance_id, "session_name": grant.session_name, "logs_only": grant.logs_only},
+    )
     try:
         streams.ensure(grant.job_id, grant.attempt)  # the agent's lines go there, with these credentials
     except (BotoCoreError, ClientError) as e:  # the job runs without its lines shipped: never refuse it for that

@@ -12,6 +12,13 @@ names the calling instance. Then:
     attempt live on that instance?     (`grant_for`: the attempt record names it and has no outcome)
     -> a grant: AssumeRole of JobRole for at most an hour, session name `<job>-<attempt>`, session
        tag `spotrelay-job-id`, and a session policy of `job_statements(job_id)`.
+    attempt ended there, just now?     (within LOG_FLUSH_GRACE_SECONDS of its `ended_at`)
+    -> a grant of the attempt's log stream alone, for STS's shortest session (15 minutes).
+
+The second grant is for the agent's last log lines. They go out after its report, so after the attempt
+has ended, with the job's credentials; when those were in their last 10 minutes (botocore's mandatory
+refresh), the refresh was refused and the lines were lost. Nothing else is granted once the attempt has
+ended: its checkpoints, records and task token are the next attempt's business.
 
 `job_statements` is also JobRole's own policy, written with the session tag's policy variable
 (`${aws:PrincipalTag/spotrelay-job-id}`) where the session policy has the literal job id: either
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,6 +53,11 @@ from spotrelay.models import Attempt
 SESSION_TAG_JOB_ID = "spotrelay-job-id"
 JOB_ID_VARIABLE = f"${{aws:PrincipalTag/{SESSION_TAG_JOB_ID}}}"
 SESSION_SECONDS = 3600  # the most a chained role session may last
+# The shortest session AssumeRole gives (DurationSeconds, STS API reference: 900 to 43,200 seconds)
+LOG_FLUSH_SESSION_SECONDS = 900
+# How long after its attempt ends an instance may still ship that attempt's lines: botocore refreshes
+# 15 minutes before expiry (its advisory window), so one refresh at the end carries the final flush
+LOG_FLUSH_GRACE_SECONDS = 900
 CHECKPOINT_PREFIX = "jobs/"
 POINTER_ATTRIBUTES = ("pk", "sk", "record", "attempt", "seq")  # what `advance_checkpoint` writes
 TASK_TOKEN_ACTIONS = ("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat")
@@ -96,6 +109,7 @@ class JobGrant(BaseModel):
     session_tags: dict[str, str]
     session_policy: dict[str, Any]
     duration_seconds: int = SESSION_SECONDS
+    logs_only: bool = False  # the attempt has ended: its log stream only (module docstring)
 
 
 def job_statements(job: str, resources: JobResources, attempt: int | None = None) -> list[dict[str, Any]]:
@@ -176,6 +190,16 @@ def session_policy(job_id: str, resources: JobResources, attempt: int | None = N
     return {"Version": "2012-10-17", "Statement": statements}
 
 
+def log_flush_policy(job_id: str, attempt: int, resources: JobResources) -> dict[str, Any]:
+    """The session policy of an ended attempt's instance: PutLogEvents to that attempt's stream, nothing else."""
+    statements = [
+        {k: v for k, v in statement.items() if k != "Sid"}
+        for statement in job_statements(job_id, resources, attempt)
+        if statement["Sid"] == "ThisJobsAgentLogStreams"
+    ]
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
 def instance_of_caller(caller_arn: str, worker_role_arn: str) -> str:
     """The instance id of a caller that is a session of the worker role (its instance profile)."""
     caller = ASSUMED_ROLE.fullmatch(caller_arn)
@@ -197,8 +221,11 @@ def session_name(job_id: str, attempt: int) -> str:
     return job_id[-(MAX_SESSION_NAME - len(tail)) :] + tail
 
 
-def grant_for(instance_id: str, ref: InstanceRef | None, attempt: Attempt | None, resources: JobResources) -> JobGrant:
-    """Credentials for the job attempt that runs on `instance_id`, if that attempt is live there."""
+def grant_for(
+    instance_id: str, ref: InstanceRef | None, attempt: Attempt | None, resources: JobResources, now: datetime
+) -> JobGrant:
+    """Credentials for the job attempt that runs on `instance_id`, if that attempt is live there; its log
+    stream alone if it ended there within LOG_FLUSH_GRACE_SECONDS."""
     if ref is None:
         raise VendNotYet(f"no job attempt is recorded for instance {instance_id}")
     if not JOB_ID.fullmatch(ref.job_id):
@@ -210,7 +237,19 @@ def grant_for(instance_id: str, ref: InstanceRef | None, attempt: Attempt | None
     if attempt.instance_id != instance_id:
         raise VendRefused(f"attempt {ref.attempt} of job {ref.job_id} runs on {attempt.instance_id}, not {instance_id}")
     if not attempt.is_live:
-        raise VendRefused(f"attempt {ref.attempt} of job {ref.job_id} has ended ({attempt.outcome})")
+        ended = attempt.ended_at
+        if ended is None or (now - ended).total_seconds() > LOG_FLUSH_GRACE_SECONDS:
+            raise VendRefused(f"attempt {ref.attempt} of job {ref.job_id} has ended ({attempt.outcome})")
+        return JobGrant(
+            job_id=ref.job_id,
+            attempt=ref.attempt,
+            instance_id=instance_id,
+            session_name=session_name(ref.job_id, ref.attempt),
+            session_tags={SESSION_TAG_JOB_ID: ref.job_id},
+            session_policy=log_flush_policy(ref.job_id, ref.attempt, resources),
+            duration_seconds=LOG_FLUSH_SESSION_SECONDS,
+            logs_only=True,
+        )
     return JobGrant(
         job_id=ref.job_id,
         attempt=ref.attempt,
@@ -255,6 +294,7 @@ def vend_step(
     sessions: JobRoleSessions,
     worker_role_arn: str,
     resources: JobResources,
+    now: datetime,
 ) -> Vended:
     """Who calls (STS says), which attempt runs there (the store says), and its credentials."""
     instance_id = instance_of_caller(identity.caller_arn(headers), worker_role_arn)
@@ -265,5 +305,5 @@ def vend_step(
             attempt = records.get_attempt(ref.job_id, ref.attempt)
         except NotFoundError:
             attempt = None
-    grant = grant_for(instance_id, ref, attempt, resources)
+    grant = grant_for(instance_id, ref, attempt, resources, now)
     return Vended(grant=grant, credentials=sessions.assume(grant))

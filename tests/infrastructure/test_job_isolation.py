@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from infrastructure.policy_eval import Request, allowed, decision, statement_applies
 from infrastructure.synth import Synthesized, render, statements
 from spotrelay.agent import IMDS_ADDRESS, JOB_USER
-from spotrelay.control.vend import SESSION_TAG_JOB_ID, JobResources, session_policy
+from spotrelay.control.vend import SESSION_TAG_JOB_ID, JobResources, log_flush_policy, session_policy
 from stacks.config import SpotRelayConfig
 from stacks.worker_construct import agent_log_group_name
 
@@ -293,6 +293,31 @@ def test_the_session_policy_writes_only_the_attempts_own_log_stream(arns: dict[s
     # Then it writes attempt 2's stream, and not attempt 1's (no forged lines in an earlier attempt's log)
     assert decision(session, _with(Request("logs:PutLogEvents", f"{stream}/00002"), _as_job(JOB_A))) == "Allow"
     assert decision(session, _with(Request("logs:PutLogEvents", f"{stream}/00001"), _as_job(JOB_A))) != "Allow"
+
+
+def test_an_ended_attempts_session_ships_its_own_lines_and_reaches_nothing_else(
+    job_role: list[dict[str, Any]], arns: dict[str, str]
+) -> None:
+    # Given the session vend grants an instance whose attempt 2 of job A has just ended
+    resources = JobResources(
+        bucket_arn=arns["bucket"],
+        table_arn=arns["table"],
+        bucket_key_arn=arns["key"],
+        region="<AWS::Region>",
+        agent_log_group_arn=arns["logs"],
+    )
+    session = log_flush_policy(JOB_A, 2, resources)["Statement"]
+    as_a = _as_job(JOB_A)
+    # Then it ships attempt 2's last lines, with the role's policy and the session's both allowing it
+    own_lines = _requests(JOB_A, arns).pop("ship log lines")
+    assert allowed(_with(own_lines, as_a), job_role, session)
+    # And nothing else of the job: no checkpoint, record, pointer, key or task token, nor an earlier stream
+    for what, request in _requests(JOB_A, arns).items():
+        if what != "ship log lines":
+            assert not allowed(_with(request, as_a), job_role, session), what
+    assert not allowed(Request("states:SendTaskSuccess", "*", as_a), job_role, session)
+    earlier = Request("logs:PutLogEvents", f"{arns['logs']}:log-stream:{JOB_A}/00001", as_a)
+    assert not allowed(earlier, job_role, session)
 
 
 def test_launch_template_requires_imdsv2_with_hop_limit_one(synthesized: Synthesized) -> None:

@@ -88,6 +88,7 @@ def test_the_signed_identity_names_the_instance_and_its_job_gets_credentials(
             region=REGION,
             agent_log_group_arn="g",
         ),
+        now=datetime(2025, 1, 1, 1, tzinfo=UTC),
     )
     # Then the job's credentials, whose session is the job attempt's
     assert vended.grant.job_id == JOB
@@ -109,6 +110,7 @@ def test_another_role_or_an_unknown_instance_gets_nothing(recorded: DynamoJobSto
         "resources": JobResources(
             bucket_arn="b", table_arn="t", bucket_key_arn="k", region=REGION, agent_log_group_arn="g"
         ),
+        "now": datetime(2025, 1, 1, 1, tzinfo=UTC),
     }
     with pytest.raises(VendRefused, match="not a session of the worker role"):
         vend_step(_headers(_instance_session(other)), **arguments)

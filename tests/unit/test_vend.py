@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from spotrelay.control.ports import InstanceRef
 from spotrelay.control.vend import (
+    LOG_FLUSH_GRACE_SECONDS,
+    LOG_FLUSH_SESSION_SECONDS,
     SESSION_SECONDS,
     SESSION_TAG_JOB_ID,
     JobResources,
@@ -49,6 +51,7 @@ def _attempt(**fields: object) -> Attempt:
 
 
 REF = InstanceRef(instance_id=INSTANCE, job_id=JOB, attempt=2)
+NOW = datetime(2025, 1, 1, 3, tzinfo=UTC)
 
 
 def test_the_instance_is_the_session_name_of_the_worker_role() -> None:
@@ -75,7 +78,7 @@ def test_any_other_caller_is_refused(caller: str) -> None:
 
 
 def test_a_live_attempt_on_that_instance_gets_credentials_for_its_job_only() -> None:
-    grant = grant_for(INSTANCE, REF, _attempt(), RESOURCES)
+    grant = grant_for(INSTANCE, REF, _attempt(), RESOURCES, NOW)
     assert (grant.job_id, grant.attempt, grant.instance_id) == (JOB, 2, INSTANCE)
     assert grant.session_name == f"{JOB}-2"
     assert grant.session_tags == {SESSION_TAG_JOB_ID: JOB}
@@ -88,20 +91,27 @@ def test_a_live_attempt_on_that_instance_gets_credentials_for_its_job_only() -> 
 
 
 def test_a_standby_attempt_is_live_too() -> None:
-    grant_for(INSTANCE, REF, _attempt(handover_from=1), RESOURCES)
+    grant_for(INSTANCE, REF, _attempt(handover_from=1), RESOURCES, NOW)
 
 
 def test_unrecorded_instances_and_attempts_are_not_yet() -> None:
     with pytest.raises(VendNotYet):
-        grant_for(INSTANCE, None, None, RESOURCES)
+        grant_for(INSTANCE, None, None, RESOURCES, NOW)
     with pytest.raises(VendNotYet):
-        grant_for(INSTANCE, REF, None, RESOURCES)
+        grant_for(INSTANCE, REF, None, RESOURCES, NOW)
 
 
 @pytest.mark.parametrize(
     ("ref", "attempt"),
     [
-        (REF, _attempt(outcome=AttemptOutcome.INTERRUPTED)),  # ended
+        (REF, _attempt(outcome=AttemptOutcome.INTERRUPTED)),  # ended, and when is not recorded
+        # ended longer ago than the last flush may take
+        (
+            REF,
+            _attempt(outcome=AttemptOutcome.SUCCEEDED, ended_at=NOW - timedelta(seconds=LOG_FLUSH_GRACE_SECONDS + 1)),
+        ),
+        # a foreign instance's attempt that ended just now: not even its log stream
+        (REF, _attempt(outcome=AttemptOutcome.SUCCEEDED, ended_at=NOW, instance_id="i-0fedcba9876543210")),
         (REF, _attempt(instance_id="i-0fedcba9876543210")),  # another instance's attempt
         (REF, _attempt(attempt=3)),  # not the recorded attempt
         (InstanceRef(instance_id=INSTANCE, job_id="jobs*", attempt=2), _attempt(job_id="jobs*")),  # a glob
@@ -110,7 +120,7 @@ def test_unrecorded_instances_and_attempts_are_not_yet() -> None:
 )
 def test_ended_foreign_or_unsafe_attempts_are_refused(ref: InstanceRef, attempt: Attempt) -> None:
     with pytest.raises(VendRefused) as refused:
-        grant_for(INSTANCE, ref, attempt, RESOURCES)
+        grant_for(INSTANCE, ref, attempt, RESOURCES, NOW)
     assert not isinstance(refused.value, VendNotYet)
 
 
@@ -119,3 +129,25 @@ def test_session_names_fit_sts_and_keep_the_unique_tail() -> None:
     name = session_name(long_job, 12)
     assert len(name) == 64
     assert name.endswith("-0123456789ab-12")
+
+
+@pytest.mark.parametrize("ended_seconds_ago", [0, 60, LOG_FLUSH_GRACE_SECONDS, -5])
+def test_an_attempt_that_just_ended_on_that_instance_may_still_ship_its_log_stream_only(
+    ended_seconds_ago: int,
+) -> None:
+    # Given attempt 2, ended on this instance within the grace (its agent's last lines go out after its
+    # report, and the refresh of credentials in their last 10 minutes used to be refused); -5: a skewed clock
+    ended = _attempt(outcome=AttemptOutcome.SUCCEEDED, ended_at=NOW - timedelta(seconds=ended_seconds_ago))
+    grant = grant_for(INSTANCE, REF, ended, RESOURCES, NOW)
+    # Then a short session that writes attempt 2's log stream and nothing else
+    assert grant.logs_only
+    assert grant.duration_seconds == LOG_FLUSH_SESSION_SECONDS == 900  # STS's shortest
+    assert grant.session_tags == {SESSION_TAG_JOB_ID: JOB}
+    (statement,) = grant.session_policy["Statement"]
+    assert statement == {
+        "Effect": "Allow",
+        "Action": "logs:PutLogEvents",
+        "Resource": f"{RESOURCES.agent_log_group_arn}:log-stream:{JOB}/00002",
+    }
+    # While a live attempt's grant is the whole job's
+    assert not grant_for(INSTANCE, REF, _attempt(), RESOURCES, NOW).logs_only
