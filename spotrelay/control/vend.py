@@ -13,7 +13,7 @@ names the calling instance. Then:
     -> a grant: AssumeRole of JobRole for at most an hour, session name `<job>-<attempt>`, session
        tag `spotrelay-job-id`, and a session policy of `job_statements(job_id)`.
     attempt ended there, just now?     (within LOG_FLUSH_GRACE_SECONDS of its `ended_at`)
-    -> a grant of the attempt's log stream alone, for STS's shortest session (15 minutes).
+    -> a grant of the attempt's log stream alone, for 30 minutes (LOG_FLUSH_SESSION_SECONDS).
 
 The second grant is for the agent's last log lines. They go out after its report, so after the attempt
 has ended, with the job's credentials; when those were in their last 10 minutes (botocore's mandatory
@@ -53,8 +53,9 @@ from spotrelay.models import Attempt
 SESSION_TAG_JOB_ID = "spotrelay-job-id"
 JOB_ID_VARIABLE = f"${{aws:PrincipalTag/{SESSION_TAG_JOB_ID}}}"
 SESSION_SECONDS = 3600  # the most a chained role session may last
-# The shortest session AssumeRole gives (DurationSeconds, STS API reference: 900 to 43,200 seconds)
-LOG_FLUSH_SESSION_SECONDS = 900
+# botocore refreshes credentials in their last 15 minutes (RefreshableCredentials' advisory window), so a
+# session of 15 (STS's shortest) would ask vend again at every call: 30 minutes leaves 15 before that
+LOG_FLUSH_SESSION_SECONDS = 1800
 # How long after its attempt ends an instance may still ship that attempt's lines: botocore refreshes
 # 15 minutes before expiry (its advisory window), so one refresh at the end carries the final flush
 LOG_FLUSH_GRACE_SECONDS = 900
