@@ -61,6 +61,7 @@ from spotrelay.control.decisions import (
     count_attempt,
     forget_preference,
     launch_order,
+    moves_back_considered,
     patience_spent,
     plan_place,
     plan_recovery,
@@ -364,7 +365,7 @@ class Spotrelay:
         """Reconcile's run over a job on on-demand: back to spot when the market choice says so and a
         standby pool launches (the standby takes the job over at once), else it stays."""
         job = self.job
-        if job.spec.limits.deadline_hours is None:
+        if not moves_back_considered(job, self.attempts[-1]):
             return self._stay_on_demand(status)
         ranking = rank_pools(
             job,

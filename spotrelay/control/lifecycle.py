@@ -46,7 +46,10 @@ from spotrelay.control.decisions import (
     Recovery,
     StepResult,
     catalog_on_demand_prices,
+    closing_outcome,
     count_attempt,
+    end_job,
+    final_outcome,
     forget_preference,
     launch_order,
     launchable_types,
@@ -82,7 +85,6 @@ from spotrelay.models import (
     JobState,
     Market,
     PlannedPool,
-    ensure_transition,
 )
 from spotrelay.policy import (
     AttemptEnded,
@@ -532,12 +534,6 @@ def recover_step(
 
 # ------------------------------------------------------------------------------------------ Finalize
 
-_FINAL_STATES = {
-    "SUCCEEDED": (JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED),
-    "FAILED": (JobState.FAILED, AttemptOutcome.FAILED),
-    "CANCELLED": (JobState.CANCELLED, AttemptOutcome.CANCELLED),
-}
-
 
 class JobSummary(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -564,9 +560,7 @@ def finalize_step(
     """End the job: close and terminate its live attempt, total its cost, record the final state
     (a job already ended keeps its state: a cancel wins over a late failure), wake the dispatcher."""
     now = clock.now()
-    state, outcome = _FINAL_STATES.get(str(final.get("outcome")), _FINAL_STATES["FAILED"])
-    error = final.get("error") if isinstance(final.get("error"), Mapping) else {}
-    assert isinstance(error, Mapping)
+    ending = final_outcome(final)
     attempts = store.attempts(job_id)
     pointer = store.get_checkpoint(job_id)
     ended: list[Attempt] = []
@@ -576,10 +570,7 @@ def finalize_step(
                 store,
                 job_id,
                 attempt.attempt,
-                # a standby never given the job (launched ahead of a handover that did not happen)
-                lambda fresh: close_attempt(
-                    fresh, AttemptOutcome.CANCELLED if fresh.is_standby else outcome, now, pointer
-                ),
+                lambda fresh: close_attempt(fresh, closing_outcome(fresh, ending.attempt_outcome), now, pointer),
             )
             if closed_now and attempt.pool.market is Market.SPOT:
                 store.record_pool_usage(attempt.pool, attempt.runtime_hours(now), 0)
@@ -587,33 +578,15 @@ def finalize_step(
     instance_ids = [a.instance_id for a in attempts if a.instance_id is not None]
     if instance_ids:
         compute.terminate(instance_ids)
+    reason = None if ending.state is JobState.SUCCEEDED else failure_reason(ending.error)
 
     def change(fresh: Job) -> None:
         account(fresh, ended, pointer, now)
-        if fresh.state.is_terminal:
-            return
-        fresh.state = ensure_transition(_via_running(fresh.state, state), state)
-        if state is JobState.SUCCEEDED and fresh.spec.work_hours is not None:
-            fresh.work_done_hours = fresh.spec.work_hours
-        if state is not JobState.SUCCEEDED:
-            fresh.failure_reason = _reason(error, fresh.failure_reason)
-        fresh.ended_at = fresh.updated_at = now
+        end_job(fresh, ending.state, reason, now)
 
     job, _ = update_job(store, job_id, change)
     wakeup.wake_dispatcher(f"job {job_id} ended {job.state}")
     return summarize(job, ended, now)
-
-
-def _via_running(current: JobState, target: JobState) -> JobState:
-    """SUCCEEDED is reached from RUNNING only; a job whose agent reported success before the
-    instance's `running` event was processed is RUNNING by then."""
-    if target is JobState.SUCCEEDED and current is JobState.LAUNCHING:
-        return ensure_transition(current, JobState.RUNNING)
-    return current
-
-
-def _reason(error: Mapping[str, Any], existing: str | None) -> str:
-    return existing or failure_reason(error)
 
 
 def summarize(job: Job, attempts: Sequence[Attempt], now: datetime) -> JobSummary:

@@ -38,14 +38,31 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED, ORPHAN_GRACE_SECONDS
+from spotrelay.config import ERROR_BUDGET_EXHAUSTED, ERROR_INSTANCE_LOST, ERROR_SPOT_INTERRUPTED
 from spotrelay.control.accounting import account, close_attempt, close_standby
-from spotrelay.control.decisions import rank_pools, standby_pools
+from spotrelay.control.decisions import (
+    GONE_STATES,
+    AskHandover,
+    DropStandby,
+    bill_overdue,
+    budget_cause,
+    end_job,
+    execution_ended_reason,
+    instance_gone,
+    moves_back_considered,
+    over_budget,
+    rank_pools,
+    runs_on_demand,
+    standby_pools,
+    standby_retry_at,
+    supervise_standby,
+    untracked_instance,
+)
 from spotrelay.control.ec2_events import (
     Interrupt,
     Lose,
@@ -71,11 +88,10 @@ from spotrelay.control.ports import (
     UnreadableRecordError,
     Workflow,
 )
-from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PriceQuote, ensure_transition
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, PriceQuote
 from spotrelay.models.billing import PriceWindow, SeriesKey, cost_so_far, price_windows
 from spotrelay.policy.placement import spot_run_hours
 
-GONE_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 # A gone instance's state as its state-change event gives it
 _AS_STATE_CHANGE: dict[str, Literal["stopping", "stopped", "shutting-down", "terminated"]] = {
     "stopping": "stopping",
@@ -83,10 +99,6 @@ _AS_STATE_CHANGE: dict[str, Literal["stopping", "stopped", "shutting-down", "ter
     "shutting-down": "shutting-down",
     "terminated": "terminated",
 }
-STANDBY_BOOT_SECONDS = 600
-STANDBY_HANDOVER_SECONDS = 1800  # the agent reads its record every minute; a final checkpoint takes minutes
-# (+ the checkpoint interval for a job that saves only on its own schedule: it hands over after its next save)
-STANDBY_RETRY_SECONDS = 1800
 
 
 class ReconcileReport(BaseModel):
@@ -145,16 +157,15 @@ def reconcile(
         try:
             ref = store.get_instance_ref(instance.instance_id)
             if ref is None:
-                launched = instance.launched_at
-                if launched is None or (now - launched).total_seconds() > ORPHAN_GRACE_SECONDS:
-                    orphans.append(instance.instance_id)
-                continue
-            attempt = store.get_attempt(ref.job_id, ref.attempt)
-            job, _ = store.get_job(ref.job_id)
-            if attempt.outcome is not None or job.state.is_terminal:
-                orphans.append(instance.instance_id)
-                if attempt.outcome is None:
+                verdict = untracked_instance(instance.launched_at, now)
+            else:
+                attempt = store.get_attempt(ref.job_id, ref.attempt)
+                job, _ = store.get_job(ref.job_id)
+                verdict = untracked_instance(instance.launched_at, now, attempt, job)
+                if verdict.close_attempt:
                     _close_left_open(job, attempt, store, now)
+            if verdict.terminate:
+                orphans.append(instance.instance_id)
         except UnreadableRecordError as e:  # left running: whether it runs a live job cannot be told
             unreadable.append(f"{instance.instance_id}: {e}")
     if orphans:
@@ -166,7 +177,7 @@ def reconcile(
     prices = _PriceHistories(compute, price_windows(budgeted, now))
     lost: list[str] = []
     interrupted: list[str] = []
-    over_budget: list[str] = []
+    exhausted: list[str] = []
     repaired: list[str] = []
     restarted: list[str] = []
     moves = _Moves()
@@ -199,14 +210,12 @@ def reconcile(
                 continue
             # every attempt so far: the live one, its standby, and standbys closed since the last total
             spent = _spent(job, attempts, prices, now)
-            if _over_budget(job, spent):
-                cause = json.dumps({"spent_usd": round(spent, 4), "max_total_cost": job.spec.limits.max_total_cost})
-                workflow.fail_task(attempt.task_token, ERROR_BUDGET_EXHAUSTED, cause)
-                over_budget.append(job.job_id)
+            if over_budget(job, spent):
+                workflow.fail_task(attempt.task_token, ERROR_BUDGET_EXHAUSTED, budget_cause(job, spent))
+                exhausted.append(job.job_id)
                 continue
             state = _state(compute, listed, attempt.instance_id)
-            young = (now - attempt.started_at).total_seconds() < ORPHAN_GRACE_SECONDS
-            if state in GONE_STATES or (state == "unknown" and not young):
+            if instance_gone(state, attempt.started_at, now):
                 failed_with = _instance_gone(job, attempt, state, store, workflow, now)
                 if failed_with is not None:
                     (interrupted if failed_with == ERROR_SPOT_INTERRUPTED else lost).append(
@@ -223,7 +232,7 @@ def reconcile(
         terminated_orphans=orphans,
         lost_attempts=lost,
         interrupted_attempts=interrupted,
-        over_budget=over_budget,
+        over_budget=exhausted,
         repaired_jobs=repaired,
         restarted_executions=restarted,
         standbys=moves.standbys,
@@ -293,20 +302,19 @@ def _back_to_spot(
     of the uniform line by two restarts, Uniform Progress's rule 3, or a spot run pays for the switch)
     and a spot pool is feasible: launch a standby there, ask for the handover once it runs, give it up
     when it does not run or is not adopted in time."""
-    if attempt.pool.market is not Market.ON_DEMAND or attempt.running_at is None:
+    if not runs_on_demand(attempt):
         return
     ours = [a for a in attempts if a.handover_from == attempt.attempt]
     standby = next((a for a in ours if a.is_standby), None)
     if standby is not None:
         _supervise(job, attempt, standby, store, compute, listed, now, moves)
         return
-    if attempt.migrate_requested_at is not None or job.spec.limits.deadline_hours is None:
+    if not moves_back_considered(job, attempt):
         return
-    failed = [a for a in ours if a.outcome is not None and a.ended_at is not None]
-    if failed:
-        last = max(a.ended_at for a in failed if a.ended_at is not None)
-        if now < last + timedelta(seconds=STANDBY_RETRY_SECONDS * 2 ** (len(failed) - 1)):
-            return
+    retry_at = standby_retry_at(ours)
+    if retry_at is not None and now < retry_at:
+        return
+    assert attempt.running_at is not None  # runs_on_demand
     ran = max(0.0, (now - attempt.running_at).total_seconds() / 3600)
     progress = max(job.work_done_hours, attempt.work_done_hours_at_start + ran * attempt.relative_speed)
     decision = rank_pools(
@@ -355,7 +363,7 @@ def _back_to_spot(
             return
         current = store.get_attempt(job.job_id, attempt.attempt)
         if fresh_job.attempts != attempt.attempt or current.outcome is not None:
-            _drop(standby, store, compute, clock.now(), moves, outcome=None)
+            _drop(standby, store, compute, clock.now(), moves, outcome=AttemptOutcome.LAUNCH_FAILED)
             return
         moves.standbys.append(f"{job.job_id}#{number}")
         return
@@ -374,30 +382,18 @@ def _supervise(
     """A standby of the job's current on-demand attempt: ask for the handover once it runs (if the
     `running` event was missed), give it up if it is gone or late."""
     assert standby.instance_id is not None
-    state = _state(compute, listed, standby.instance_id)
-    young = (now - standby.started_at).total_seconds() < ORPHAN_GRACE_SECONDS
-    running_at = standby.running_at or (now if state == "running" else None)
-    late = (
-        (now - standby.started_at).total_seconds() > STANDBY_BOOT_SECONDS
-        if running_at is None
-        else (now - running_at).total_seconds() > _handover_seconds(job)
-    )
-    if state in GONE_STATES or (state == "unknown" and not young) or late:
-        _drop(standby, store, compute, now, moves, outcome=AttemptOutcome.LOST if not late else None)
+    verdict = supervise_standby(job, standby, _state(compute, listed, standby.instance_id), now)
+    if isinstance(verdict, DropStandby):
+        _drop(standby, store, compute, now, moves, outcome=verdict.outcome)
         update_attempt(store, job.job_id, attempt.attempt, withdraw_handover)
         return
-    if running_at is None:
+    if not isinstance(verdict, AskHandover):
         return
-    if standby.running_at is None:
+    if verdict.record_running:
         update_attempt(store, job.job_id, standby.attempt, mark_running(now))
     _, asked = update_attempt(store, job.job_id, attempt.attempt, ask_handover(now))
     if asked:
         moves.migrating.append(f"{job.job_id}#{attempt.attempt}")
-
-
-def _handover_seconds(job: Job) -> float:
-    checkpoint = job.spec.checkpoint
-    return STANDBY_HANDOVER_SECONDS + (checkpoint.interval_minutes * 60 if checkpoint.grace_seconds == 0 else 0)
 
 
 def _drop_stray_standbys(
@@ -408,7 +404,7 @@ def _drop_stray_standbys(
     its attempt has ended but Recover has not moved the job on yet (the attempt is still job.attempts)."""
     for standby in attempts:
         if standby.is_standby and standby.handover_from != job.attempts:
-            _drop(standby, store, compute, now, moves, outcome=None)
+            _drop(standby, store, compute, now, moves, outcome=AttemptOutcome.LAUNCH_FAILED)
 
 
 def _drop(
@@ -418,12 +414,12 @@ def _drop(
     now: datetime,
     moves: _Moves,
     *,
-    outcome: AttemptOutcome | None,
+    outcome: AttemptOutcome,
 ) -> None:
-    """Close a standby (LOST if its instance went away, else LAUNCH_FAILED: it never took the job over),
-    then terminate it. Closed first, by a conditional write: a standby Launch adopted meanwhile is no
+    """Close a standby with `outcome` (LOST if its instance went away, LAUNCH_FAILED if it never took the
+    job over), then terminate it. Closed first, by a conditional write: a standby Launch adopted meanwhile is no
     longer a standby and keeps its instance."""
-    if close_standby(store, standby, outcome or AttemptOutcome.LAUNCH_FAILED, now) is None:
+    if close_standby(store, standby, outcome, now) is None:
         return
     if standby.instance_id is not None:
         compute.terminate([standby.instance_id])
@@ -481,11 +477,6 @@ def _spent(job: Job, attempts: list[Attempt], prices: _PriceHistories, now: date
     return sum(cost_so_far(attempt, histories, now) for attempt in attempts)
 
 
-def _over_budget(job: Job, spent: float) -> bool:
-    cap = job.spec.limits.max_total_cost
-    return cap is not None and spent >= cap
-
-
 def _settle_missed_bills(
     attempts: list[Attempt], store: JobStore, compute: Compute, listed: dict[str, str], now: datetime
 ) -> None:
@@ -494,12 +485,10 @@ def _settle_missed_bills(
     (each does), so EC2 billed it until then at the latest; an earlier report, late, still moves the end
     back. An instance still there is the orphan pass's to terminate, and its state change settles it."""
     for attempt in attempts:
-        if attempt.cost_usd is not None or attempt.ended_at is None or attempt.instance_id is None:
+        if not bill_overdue(attempt, now) or attempt.instance_id is None or attempt.ended_at is None:
             continue
-        if (now - attempt.ended_at).total_seconds() < ORPHAN_GRACE_SECONDS:
-            continue  # its state change is on its way
         state = _state(compute, listed, attempt.instance_id)
-        if state in GONE_STATES or state == "unknown":
+        if state in GONE_STATES or state == "unknown":  # "unknown" at once: it was closed minutes ago
             end_billing(store, compute, attempt, attempt.ended_at)
 
 
@@ -523,10 +512,6 @@ def _repair(store: JobStore, compute: Compute, job_id: str, status: str, now: da
 
     def change(job: Job) -> None:
         account(job, ended, pointer, now)
-        if job.state.is_terminal:
-            return
-        job.state = ensure_transition(job.state, JobState.FAILED)
-        job.failure_reason = f"ExecutionEnded: the JobLifecycle execution ended {status} before the job did"
-        job.ended_at = job.updated_at = now
+        end_job(job, JobState.FAILED, execution_ended_reason(status), now, keep_recorded_reason=False)
 
     update_job(store, job_id, change)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import spotrelay.bench.policies
-import spotrelay.control.decisions
+import spotrelay.control.decisions.placing
 import spotrelay.policy.market_choice
 import spotrelay.policy.placement
 import spotrelay.policy.recovery
@@ -429,10 +429,10 @@ def test_policies_call_the_shared_placement_market_choice_and_recovery_code(monk
 
     # (the control plane's decisions, which the Lambda steps call too, and what they call)
     for name in ("rank_pools", "plan_place", "launch_order", "plan_recovery", "count_attempt"):
-        counting(spotrelay.control.decisions, name)
-        monkeypatch.setattr(spotrelay.bench.policies, name, getattr(spotrelay.control.decisions, name))
-    counting(spotrelay.control.decisions, "place")
-    counting(spotrelay.control.decisions, "decide_recovery")
+        counting(spotrelay.control.decisions.placing, name)
+        monkeypatch.setattr(spotrelay.bench.policies, name, getattr(spotrelay.control.decisions.placing, name))
+    counting(spotrelay.control.decisions.placing, "place")
+    counting(spotrelay.control.decisions.placing, "decide_recovery")
     counting(spotrelay.policy.placement, "uniform_progress")  # the market choice inside place()
     counting(spotrelay.policy.market_choice, "uniform_progress")
     market = market_of({"us-east-1a": [1] * 5 + [0] * 2 + [1] * 30})
@@ -447,14 +447,14 @@ def test_policies_call_the_shared_placement_market_choice_and_recovery_code(monk
     # Then spotrelay decided through the control plane's decisions: Place (place() and its market choice)
     # at the start and after the preemption, Launch each time, Recover once; and uniform-progress decided
     # through the same uniform_progress
-    assert spotrelay_calls["spotrelay.control.decisions.rank_pools"] >= 2
-    assert spotrelay_calls["spotrelay.control.decisions.plan_place"] >= 2
-    assert spotrelay_calls["spotrelay.control.decisions.place"] >= 2
+    assert spotrelay_calls["spotrelay.control.decisions.placing.rank_pools"] >= 2
+    assert spotrelay_calls["spotrelay.control.decisions.placing.plan_place"] >= 2
+    assert spotrelay_calls["spotrelay.control.decisions.placing.place"] >= 2
     assert spotrelay_calls["spotrelay.policy.placement.uniform_progress"] >= 2
-    assert spotrelay_calls["spotrelay.control.decisions.launch_order"] >= 2
-    assert spotrelay_calls["spotrelay.control.decisions.count_attempt"] == 2
-    assert spotrelay_calls["spotrelay.control.decisions.plan_recovery"] == 1
-    assert spotrelay_calls["spotrelay.control.decisions.decide_recovery"] == 1
+    assert spotrelay_calls["spotrelay.control.decisions.placing.launch_order"] >= 2
+    assert spotrelay_calls["spotrelay.control.decisions.placing.count_attempt"] == 2
+    assert spotrelay_calls["spotrelay.control.decisions.placing.plan_recovery"] == 1
+    assert spotrelay_calls["spotrelay.control.decisions.placing.decide_recovery"] == 1
     assert calls["spotrelay.policy.market_choice.uniform_progress"] >= 2
 
 

@@ -1,27 +1,5 @@
-"""The control plane's decisions, as functions of what a step has read: no port, no clock, no I/O.
-
-The JobLifecycle steps (spotrelay.control.lifecycle) and reconcile read the job, its attempts and the
-market through the ports, call these, and carry out what they answer; the benchmark's `spotrelay` policy
-(spotrelay.bench.policies) calls the same functions on its simulated market, so what it measures is what
-the Lambdas decide; `spotrelay status` asks `rank_pools` what Place will do once a waiting job's patience
-is spent. The decisions that change a job (`plan_place`, `plan_standby`, `plan_recovery`, `count_attempt`,
-`forget_preference`) change the `Job` they are given, as a step does inside its conditional write
-(`spotrelay.control.jobs.update_job`, which calls them again on a fresh read after a conflict), and return
-the step's result; the others only answer.
-
-- **Place**: `rank_pools` is `place()` for the job with the market as seen (`MarketSeen`: the spot quotes
-  of its launchable types in the deployment's zones, the pools' blocks and interruption record); `plan_place`
-  turns the ranking into the step's answer: launch (the best PLAN_DEPTH pools, the preferred one first), wait
-  (`place_wait_seconds`, or `throttled_wait_seconds` after a throttled launch), or give up once the job's
-  patience (`patience_hours`) is spent.
-- **Launch**: `launch_order` is the plan's pools Launch tries, in order; a refused one is blocked for every
-  job (`refusal_block`) and, if it was the job's preferred pool, the preference is forgotten
-  (`forget_preference`); a launch counts on the job (`count_attempt`).
-- **Recover**: `plan_recovery` accounts the ended attempt and asks the job's recovery strategy
-  (spotrelay.policy.recovery): relaunch, with pools to block and one to prefer, or fail.
-- **Reconcile** (back to spot): `standby_pools` is where a job on on-demand that the market choice sends
-  back to spot launches its standby.
-"""
+"""Place, Launch and Recover, and the pools of reconcile's move back to spot (the package docstring:
+spotrelay.control.decisions)."""
 
 from __future__ import annotations
 

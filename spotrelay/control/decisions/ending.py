@@ -1,0 +1,64 @@
+"""How a job ends: Finalize's decision, and reconcile's for an execution that ended before its job did.
+
+- `final_outcome(final)`: the state machine's final input (`{"outcome", "error"}`) as the job's terminal
+  state, the outcome its still-open attempts close with, and the error that is its reason. An outcome
+  this version does not know is a failure (a newer state machine's, say): the job is never left open.
+- `closing_outcome(attempt, outcome)`: a standby never given the job (launched ahead of a handover that
+  did not happen) closes CANCELLED, whatever the job's end; any other open attempt with the job's outcome.
+- `end_job(job, state, reason, now)`: the job's terminal state, reason and end, unless it has ended
+  already (a cancel wins over a late failure: the first end stands). SUCCEEDED is reached through
+  RUNNING (an agent that reported success before its instance's `running` event was handled).
+- `execution_ended_reason(status)`: why reconcile fails a job whose JobLifecycle execution ended first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, ensure_transition
+
+_FINAL = {
+    "SUCCEEDED": (JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED),
+    "FAILED": (JobState.FAILED, AttemptOutcome.FAILED),
+    "CANCELLED": (JobState.CANCELLED, AttemptOutcome.CANCELLED),
+}
+
+
+@dataclass(frozen=True)
+class FinalOutcome:
+    state: JobState
+    attempt_outcome: AttemptOutcome
+    error: Mapping[str, Any]  # what the state machine caught ({"Error", "Cause"}); empty for a success
+
+
+def final_outcome(final: Mapping[str, Any]) -> FinalOutcome:
+    state, outcome = _FINAL.get(str(final.get("outcome")), _FINAL["FAILED"])
+    error = final.get("error")
+    return FinalOutcome(state, outcome, error if isinstance(error, Mapping) else {})
+
+
+def closing_outcome(attempt: Attempt, outcome: AttemptOutcome) -> AttemptOutcome:
+    return AttemptOutcome.CANCELLED if attempt.is_standby else outcome
+
+
+def end_job(job: Job, state: JobState, reason: str | None, now: datetime, *, keep_recorded_reason: bool = True) -> None:
+    """Record the end on `job` (a fresh read, inside the step's conditional write). `reason` is for a job
+    that did not succeed; a reason recorded already (the cancel's, say) stays, unless told otherwise."""
+    if job.state.is_terminal:
+        return
+    current = job.state
+    if state is JobState.SUCCEEDED and current is JobState.LAUNCHING:
+        current = ensure_transition(current, JobState.RUNNING)
+    job.state = ensure_transition(current, state)
+    if state is JobState.SUCCEEDED and job.spec.work_hours is not None:
+        job.work_done_hours = job.spec.work_hours
+    if state is not JobState.SUCCEEDED:
+        job.failure_reason = (job.failure_reason or reason) if keep_recorded_reason else reason
+    job.ended_at = job.updated_at = now
+
+
+def execution_ended_reason(status: str) -> str:
+    return f"ExecutionEnded: the JobLifecycle execution ended {status} before the job did"
