@@ -6,6 +6,13 @@ GPU type we know, does not fit the job, the pool is blocked, its price is above 
 would spend more than the job's remaining budget, or it cannot start and finish before the deadline
 even if never interrupted.
 
+How (`rank`, of a `PlacementRequest`: what `place()` is given): every candidate goes through a chain of
+filters (`FILTERS`: fits, not blocked, within the price cap, in time for the deadline, within the budget),
+the first that rejects it giving its reason, as Karpenter's scheduling filters do; the survivors are costed,
+spot dearer per unit of work than the cheapest usable on-demand pool is rejected (spotrelay.policy.switching),
+the market choice (Uniform Progress, spotrelay.policy.market_choice) picks spot, on-demand or waiting, and the
+pools of the chosen market are ranked. What it answers is a `Placement` (spotrelay.policy.ranking).
+
 Expected cost to finish (objective `cost-to-finish`):
     run_hours     = remaining work (reference-GPU hours) / relative speed of the type's GPU
     interruptions = hourly interruption rate of the pool x run_hours
@@ -19,143 +26,30 @@ deterministic function of its inputs.
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from spotrelay.catalog import INSTANCE_TYPES, REFERENCE_GPU, InstanceType, relative_speed
-from spotrelay.models import Attempt, AttemptOutcome, JobSpec, Market, Objective, Pool, PriceQuote
+from spotrelay.catalog import INSTANCE_TYPES, InstanceType, relative_speed
+from spotrelay.models import JobSpec, Market, Objective, Pool, PriceQuote
 from spotrelay.models.job_spec import DEFAULT_RESTART_OVERHEAD_MINUTES
 from spotrelay.policy.interruptions import InterruptionModel
 from spotrelay.policy.market_choice import CATCH_UP_BAND_SHARE, MarketAction, MarketDecision, uniform_progress
+from spotrelay.policy.ranking import Placement, RankedPool, Rejection
+from spotrelay.policy.switching import (
+    cheaper_than_on_demand,
+    spot_run_hours,
+    spot_run_pays_off,
+    spot_runs_paying_off,
+    unit_cost,
+    work_at_risk_hours,
+)
 
 # The job spec's default restart overhead (`placement.restart_overhead_minutes`), in hours.
 DEFAULT_RESTART_OVERHEAD_HOURS = DEFAULT_RESTART_OVERHEAD_MINUTES / 60
 # A pool that finishes exactly at the deadline is feasible: sums of hours carry floating-point rounding
 # (3.2 + 0.1 > 3.3 in binary), which must not turn "just in time" into "rejected for the deadline".
 DEADLINE_ROUNDING_HOURS = 1e-9
-
-
-class RankedPool(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    pool: Pool
-    hourly_price: float
-    relative_speed: float
-    run_hours: float
-    expected_interruptions: float
-    expected_cost_to_finish: float
-    interruption_basis: str
-
-    @property
-    def gpu_model(self) -> str:
-        return INSTANCE_TYPES[self.pool.instance_type].gpu_model
-
-
-class Rejection(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    pool: Pool
-    reason: str
-    category: str  # a short key to summarise rejections by: "misfit", "blocked", "price-cap", ...
-    hourly_price: float | None = None  # the pool's price, where it was quoted
-
-
-class Placement(BaseModel):
-    """The ranked feasible pools (best first), the rejected candidates, and the market decision."""
-
-    model_config = ConfigDict(frozen=True)
-
-    job_name: str
-    objective: Objective
-    remaining_work_hours: float
-    work_hours_known: bool
-    market: MarketDecision
-    ranked: tuple[RankedPool, ...]
-    rejected: tuple[Rejection, ...]
-    # No pool can finish before the deadline any more: none is rejected for it, the job finishes as soon
-    # as it can (on on-demand, by the safety net, if the job allows on-demand).
-    deadline_lost: bool = False
-
-    @property
-    def best(self) -> RankedPool | None:
-        return self.ranked[0] if self.ranked else None
-
-    def to_json_dict(self) -> dict[str, list[dict[str, object]]]:
-        return {
-            "ranked": [
-                {
-                    "instance_type": r.pool.instance_type,
-                    "availability_zone": r.pool.availability_zone,
-                    "market": str(r.pool.market),
-                    "hourly_price": r.hourly_price,
-                    "expected_cost_to_finish": round(r.expected_cost_to_finish, 6),
-                }
-                for r in self.ranked
-            ],
-            "rejected": [
-                {
-                    "instance_type": r.pool.instance_type,
-                    "availability_zone": r.pool.availability_zone,
-                    "reason": r.reason,
-                }
-                for r in self.rejected
-            ],
-        }
-
-    def explain(self, alternatives: int = 3) -> list[str]:
-        """A few lines a person can read: what was chosen, why, what came next, what was ruled out."""
-        work = (
-            f"{self.remaining_work_hours:g} h of work left on the reference GPU ({REFERENCE_GPU})"
-            if self.work_hours_known
-            else "no work_hours given: costs are per hour of reference-GPU work"
-        )
-        lines = [f"job {self.job_name}: {work}; ranking by {self.objective}", f"market: {self.market.reason}"]
-        best = self.best
-        if best is None:
-            lines.append("no pool can take the job now")
-        else:
-            lines.append(
-                f"chosen: {best.pool} at ${best.hourly_price:.4f}/h — {best.gpu_model} runs at "
-                f"{best.relative_speed:.2f}x {REFERENCE_GPU}, so {best.run_hours:.2f} h; "
-                f"{best.expected_interruptions:.2f} interruptions expected ({best.interruption_basis}); "
-                f"expected cost to finish ${best.expected_cost_to_finish:.2f}"
-            )
-            for r in self.ranked[1 : 1 + alternatives]:
-                lines.append(
-                    f"  next: {r.pool} at ${r.hourly_price:.4f}/h, expected ${r.expected_cost_to_finish:.2f} "
-                    f"(+${r.expected_cost_to_finish - best.expected_cost_to_finish:.2f})"
-                )
-            if len(self.ranked) > 1 + alternatives:
-                lines.append(f"  ... and {len(self.ranked) - 1 - alternatives} more feasible pools")
-        if self.rejected:
-            counts = Counter(r.category for r in self.rejected)
-            summary = ", ".join(f"{n} {category}" for category, n in sorted(counts.items()))
-            lines.append(f"rejected {len(self.rejected)} candidates: {summary}")
-            shown: set[str] = set()
-            for rejection in self.rejected:
-                if rejection.category not in shown:
-                    shown.add(rejection.category)
-                    lines.append(f"  e.g. {rejection.pool}: {rejection.reason}")
-        return lines
-
-    def why_none(self, *, market: bool = True) -> str:
-        """One line on why no pool can take the job now: what ruled the candidates out, with the cheapest
-        example of each kind (the price a cap would have to allow); with `market`, the market choice's
-        reason too."""
-        if not self.rejected:
-            return f"no pool is quoted for the job; market: {self.market.reason}"
-        counts = Counter(r.category for r in self.rejected)
-        kinds = []
-        for category, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-            of_kind = [r for r in self.rejected if r.category == category]
-            example = min(of_kind, key=lambda r: (r.hourly_price is None, r.hourly_price or 0.0))
-            kinds.append(f"{n} {category} (cheapest: {example.pool}: {example.reason})")
-        tail = f"; market: {self.market.reason}" if market else ""
-        return f"no pool can take the job now: {'; '.join(kinds)}{tail}"
 
 
 def latest_quotes(quotes: Iterable[PriceQuote]) -> dict[Pool, PriceQuote]:
@@ -166,6 +60,28 @@ def latest_quotes(quotes: Iterable[PriceQuote]) -> dict[Pool, PriceQuote]:
         if held is None or quote.timestamp is None or held.timestamp is None or quote.timestamp >= held.timestamp:
             latest[quote.pool] = quote
     return latest
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """What `place()` ranks pools for: the job, the spot quotes, and what the caller knows of the job now
+    (the arguments of `place()`, which says what each means)."""
+
+    spec: JobSpec
+    quotes: tuple[PriceQuote, ...]
+    remaining_work_hours: float | None = None
+    work_done_hours: float = 0.0
+    elapsed_hours: float = 0.0
+    blocked: frozenset[Pool] = frozenset()
+    interruptions: InterruptionModel | None = None
+    on_demand_prices: Mapping[str, float] | None = None
+    budget_left_usd: float | None = None
+    current_market: Market | None = None
+    zones: frozenset[str] = frozenset()
+    restart_overhead_hours: float | None = None
+    migrates: bool = False
+    spot_runs: Mapping[str, Sequence[float]] | None = None
+    out_of_patience: bool = False
 
 
 def place(
@@ -186,7 +102,7 @@ def place(
     spot_runs: Mapping[str, Sequence[float]] | None = None,
     out_of_patience: bool = False,
 ) -> Placement:
-    """Rank the pools for `spec` given the current `quotes`.
+    """Rank the pools for `spec` given the current `quotes` (`rank` of the `PlacementRequest` they make).
 
     `remaining_work_hours` defaults to the spec's `work_hours` minus `work_done_hours` (or 1 h of
     reference-GPU work when the spec gives none). `on_demand_prices` default to the catalog's.
@@ -207,195 +123,53 @@ def place(
     interrupted, per offering ('type:az') — `spot_run_hours(attempts)`. For a job on on-demand behind the
     uniform line, they decide in which pools a spot run pays for the switch (`spot_run_pays_off`).
     """
-    overhead = spec.placement.restart_overhead_hours if restart_overhead_hours is None else restart_overhead_hours
-    rates = interruptions or InterruptionModel()
-    known = spec.work_hours is not None or remaining_work_hours is not None
-    if remaining_work_hours is None:
-        remaining_work_hours = max(0.0, spec.work_hours - work_done_hours) if spec.work_hours else 1.0
-    od_prices = on_demand_prices if on_demand_prices is not None else _catalog_on_demand_prices()
-    blocked_set = frozenset(blocked)
-    cap = spec.limits.max_price_per_hour
-    overhead_per_interruption = overhead + spec.checkpoint.interval_minutes / 60 / 2
-    # Without a work estimate nobody knows whether a pool can finish in time: no deadline rejections.
-    judge_deadline = spec.limits.deadline_hours is not None and known
-    time_left = spec.limits.deadline_hours - elapsed_hours if judge_deadline and spec.limits.deadline_hours else None
-    misfits: dict[str, str | None] = {}
-
-    def misfit(type_name: str) -> str | None:
-        if type_name not in misfits:
-            itype = INSTANCE_TYPES.get(type_name)
-            misfits[type_name] = (
-                "not a GPU instance type in the catalog" if itype is None else spec.resources.misfit(itype)
-            )
-        return misfits[type_name]
-
-    def within_cap(price: float) -> bool:
-        return cap is None or price <= cap
-
-    latest = sorted(latest_quotes(quotes).items(), key=lambda item: _pool_order(item[0]))
-    on_demand_types = [
-        itype for name in sorted(od_prices) if (itype := INSTANCE_TYPES.get(name)) is not None and misfit(name) is None
-    ]
-    # A deadline no pool can meet any more (a preemption lost work the net could not cover, or the job
-    # came too late): rejecting every pool for it would leave the job waiting until `max_wait_hours`
-    # fails it. It is late whatever happens now, so no pool is rejected for the deadline and the market
-    # choice's safety net puts it on on-demand: finished as soon as possible, the least late it can be.
-    # Only types the job could get at all count: a spot quote or (with on_demand_fallback) an on-demand
-    # price within max_price_per_hour.
-    usable_names = {
-        pool.instance_type for pool, quote in latest if pool.market is Market.SPOT and within_cap(quote.usd_per_hour)
-    }
-    if spec.limits.on_demand_fallback:
-        usable_names |= {t.name for t in on_demand_types if within_cap(od_prices[t.name])}
-    candidate_types = [
-        itype for name in usable_names if (itype := INSTANCE_TYPES.get(name)) is not None and misfit(name) is None
-    ]
-    deadline_lost = (
-        time_left is not None
-        and bool(candidate_types)
-        and min(remaining_work_hours / relative_speed(t) for t in candidate_types) + overhead
-        > time_left + DEADLINE_ROUNDING_HOURS
-    )
-    if deadline_lost:
-        time_left = None
-
-    ranked: list[RankedPool] = []
-    rejected: list[Rejection] = []
-
-    def consider(pool: Pool, price: float, rejected: list[Rejection] = rejected) -> RankedPool | None:
-        reason = misfit(pool.instance_type)
-        if reason is not None:
-            category = "unknown-type" if pool.instance_type not in INSTANCE_TYPES else "misfit"
-            rejected.append(Rejection(pool=pool, reason=reason, category=category))
-            return None
-        if pool in blocked_set:
-            rejected.append(Rejection(pool=pool, reason="pool blocked after a recent loss", category="blocked"))
-            return None
-        if cap is not None and price > cap:
-            rejected.append(
-                Rejection(
-                    pool=pool,
-                    reason=f"${price:.4f}/h is above max_price_per_hour ${cap:g}",
-                    category="price-cap",
-                    hourly_price=price,
-                )
-            )
-            return None
-        speed = relative_speed(INSTANCE_TYPES[pool.instance_type])
-        run_hours = remaining_work_hours / speed
-        if time_left is not None and run_hours + overhead > time_left + DEADLINE_ROUNDING_HOURS:
-            rejected.append(
-                Rejection(
-                    pool=pool,
-                    reason=(
-                        f"needs {run_hours:.2f} h + {overhead:g} h to start, "
-                        f"only {time_left:.2f} h left to the deadline"
-                    ),
-                    category="deadline",
-                )
-            )
-            return None
-        rate = rates.hourly_rate(pool)
-        expected_interruptions = rate * run_hours
-        billed_hours = run_hours + expected_interruptions * overhead_per_interruption
-        expected_cost = price * billed_hours
-        if budget_left_usd is not None and expected_cost > budget_left_usd:
-            rejected.append(
-                Rejection(
-                    pool=pool,
-                    reason=f"expected ${expected_cost:.2f} to finish exceeds the ${budget_left_usd:.2f} budget left",
-                    category="budget",
-                )
-            )
-            return None
-        return RankedPool(
-            pool=pool,
-            hourly_price=price,
-            relative_speed=speed,
-            run_hours=run_hours,
-            expected_interruptions=expected_interruptions,
-            expected_cost_to_finish=expected_cost,
-            interruption_basis=rates.describe(pool),
+    return rank(
+        PlacementRequest(
+            spec=spec,
+            quotes=tuple(quotes),
+            remaining_work_hours=remaining_work_hours,
+            work_done_hours=work_done_hours,
+            elapsed_hours=elapsed_hours,
+            blocked=frozenset(blocked),
+            interruptions=interruptions,
+            on_demand_prices=on_demand_prices,
+            budget_left_usd=budget_left_usd,
+            current_market=current_market,
+            zones=frozenset(zones),
+            restart_overhead_hours=restart_overhead_hours,
+            migrates=migrates,
+            spot_runs=spot_runs,
+            out_of_patience=out_of_patience,
         )
+    )
 
-    spot: list[RankedPool] = []
-    all_zones = set(zones)
-    for pool, quote in latest:
-        all_zones.add(pool.availability_zone)
-        if pool.market is Market.SPOT:
-            candidate = consider(pool, quote.usd_per_hour)
-            if candidate is not None:
-                spot.append(candidate)
 
-    od_run_hours = _on_demand_run_hours(on_demand_types, od_prices, remaining_work_hours, cap)
+def rank(request: PlacementRequest) -> Placement:
+    """The candidates through the filter chain (`FILTERS`), the market choice over what passed, the ranking."""
+    terms = _Terms.of(request)
+    rejected: list[Rejection] = []
+    spot = [
+        r
+        for pool, quote in terms.latest
+        if pool.market is Market.SPOT and (r := _consider(pool, quote.usd_per_hour, terms, rejected))
+    ]
     # The on-demand pools the job could be given now (fits, not blocked, within the cap, the deadline and
     # the budget), when the market choice can pick on-demand at all (it needs a deadline and a work
     # estimate; without them it chooses between spot and waiting). Their rejections are reported only if
     # it does pick on-demand.
-    on_demand: list[RankedPool] = []
     on_demand_rejected: list[Rejection] = []
-    if spec.limits.on_demand_fallback and spec.limits.deadline_hours is not None and spec.work_hours is not None:
-        for itype in on_demand_types:
-            for zone in sorted(all_zones):
-                pool = Pool(instance_type=itype.name, availability_zone=zone, market=Market.ON_DEMAND)
-                candidate = consider(pool, od_prices[itype.name], on_demand_rejected)
-                if candidate is not None:
-                    on_demand.append(candidate)
+    on_demand = [
+        r for pool, price in terms.on_demand_candidates() if (r := _consider(pool, price, terms, on_demand_rejected))
+    ]
     # The yardstick for spot: the cheapest of them per unit of work. Spot dearer than that is no spot at all.
+    objective = request.spec.placement.objective
     cheapest_on_demand = (
-        min(on_demand, key=lambda r: (unit_cost(r, spec.placement.objective), *_pool_order(r.pool)))
-        if on_demand
-        else None
+        min(on_demand, key=lambda r: (unit_cost(r, objective), *_pool_order(r.pool))) if on_demand else None
     )
     if cheapest_on_demand is not None:
-        spot = _cheaper_than(spot, cheapest_on_demand, spec.placement.objective, rejected)
-    market_inputs: dict[str, Any] = {
-        "total_work_hours": spec.work_hours,
-        "work_done_hours": work_done_hours,
-        "deadline_hours": spec.limits.deadline_hours,
-        "elapsed_hours": elapsed_hours,
-        "on_demand_run_hours": od_run_hours,
-        "restart_overhead_hours": overhead,
-        "spot_available": bool(spot),
-        "on_demand_allowed": spec.limits.on_demand_fallback,
-        "current": current_market,
-        "returns_to_spot": migrates or current_market is Market.ON_DEMAND,
-        "work_at_risk_hours": work_at_risk_hours(spec),
-        "catch_up_band_share": CATCH_UP_BAND_SHARE,
-        "out_of_patience": out_of_patience,
-    }
-    decision = uniform_progress(**market_inputs)
-    if current_market is Market.ON_DEMAND and decision.action is MarketAction.ON_DEMAND and spot and cheapest_on_demand:
-        # Rule 3, refined: behind the line, back to spot only in the pools where a run pays for the switch.
-        paying = _spot_runs_paying_off(spot, cheapest_on_demand, spec, rates, overhead, spot_runs or {})
-        refined = uniform_progress(**market_inputs, spot_run_pays_off=bool(paying))
-        if refined.action is MarketAction.SPOT:
-            decision = refined
-            for r in spot:
-                if r not in paying:
-                    runs = (spot_runs or {}).get(r.pool.offering, ())
-                    why = (
-                        f"its {len(runs)} interrupted run(s) here averaged {sum(runs) / len(runs) * 60:.0f} min"
-                        if runs
-                        else f"{rates.hourly_rate(r.pool):.2f} interruptions/h expected here"
-                    )
-                    rejected.append(
-                        Rejection(
-                            pool=r.pool,
-                            reason=f"{why}: a run is too short to pay for leaving on-demand",
-                            category="short-runs",
-                        )
-                    )
-            spot = paying
-        else:
-            decision = decision.model_copy(
-                update={"reason": f"{decision.reason}; no spot pool where a run would pay for the switch"}
-            )
-    if deadline_lost:
-        decision = decision.model_copy(
-            update={"reason": f"the deadline can no longer be met: finish as soon as possible; {decision.reason}"}
-        )
-
+        spot = cheaper_than_on_demand(spot, cheapest_on_demand, objective, rejected)
+    decision, spot = _market_decision(terms, spot, cheapest_on_demand, rejected)
+    ranked: list[RankedPool] = []
     if decision.action is MarketAction.SPOT:
         ranked.extend(spot)
     elif decision.action is MarketAction.ON_DEMAND:
@@ -416,141 +190,279 @@ def place(
                     "reason": f"{decision.reason}; no on-demand pool is usable: spot instead",
                 }
             )
-
     key = (
         (lambda r: (r.hourly_price, *_pool_order(r.pool)))
-        if spec.placement.objective is Objective.HOURLY
+        if objective is Objective.HOURLY
         else (lambda r: (r.expected_cost_to_finish, r.hourly_price, *_pool_order(r.pool)))
     )
     ranked.sort(key=key)
     return Placement(
-        job_name=spec.name,
-        objective=spec.placement.objective,
-        remaining_work_hours=remaining_work_hours,
-        work_hours_known=known,
+        job_name=request.spec.name,
+        objective=objective,
+        remaining_work_hours=terms.remaining_work_hours,
+        work_hours_known=terms.known,
         market=decision,
         ranked=tuple(ranked),
         rejected=tuple(rejected),
-        deadline_lost=deadline_lost,
+        deadline_lost=terms.deadline_lost,
     )
 
 
-def work_at_risk_hours(spec: JobSpec) -> float:
-    """The work a preemption may lose, which the safety net keeps in its margin (see
-    `spotrelay.policy.market_choice`). At the notice the agent sends SIGTERM, gives the job
-    `checkpoint.grace_seconds` to save its state, then uploads the checkpoint dir. A job given no grace
-    (`grace_seconds: 0`: it saves only on its own schedule) resumes from its last periodic checkpoint, up to
-    `checkpoint.interval_minutes` of work ago; a job given grace saves at the notice and loses nothing
-    (the paper's assumption)."""
-    return spec.checkpoint.interval_minutes / 60 if spec.checkpoint.grace_seconds == 0 else 0.0
+# --- the request resolved ------------------------------------------------------------------------------
 
 
-def unit_cost(r: RankedPool, objective: Objective = Objective.COST_TO_FINISH) -> float:
-    """USD per reference-GPU hour of work on a ranked pool: its expected cost to finish (interruptions
-    included) over the work, or, with objective `hourly` or no work left, its hourly price over its speed."""
-    if objective is Objective.HOURLY or r.run_hours <= 0:
-        return r.hourly_price / r.relative_speed
-    return r.expected_cost_to_finish / (r.run_hours * r.relative_speed)
+@dataclass
+class _Terms:
+    """A request's values as the filters and the costing read them."""
 
+    request: PlacementRequest
+    overhead: float  # restart overhead, hours
+    rates: InterruptionModel
+    known: bool  # a work estimate was given (the spec's or the caller's)
+    remaining_work_hours: float
+    od_prices: Mapping[str, float]
+    cap: float | None
+    overhead_per_interruption: float
+    latest: list[tuple[Pool, PriceQuote]]  # one quote per pool, in pool order
+    on_demand_types: list[InstanceType]
+    time_left: float | None = None  # hours to the deadline, when it is judged (None: not)
+    deadline_lost: bool = False
+    misfits: dict[str, str | None] = field(default_factory=dict)
 
-def _cheaper_than(
-    spot: list[RankedPool], best: RankedPool, objective: Objective, rejected: list[Rejection]
-) -> list[RankedPool]:
-    """The spot pools that cost less per unit of work than `best`, the cheapest usable on-demand pool; the
-    others are rejected. Spot is worth its interruptions only when it is cheaper: a 1-GPU job offered only
-    an 8-GPU spot instance ($7-8/h for p3.16xlarge) runs on a 1-GPU on-demand one ($3.06/h for p3.2xlarge),
-    or waits for cheaper spot while it is ahead of schedule."""
-    yardstick = unit_cost(best, objective)
-    kept = []
-    for r in spot:
-        unit = unit_cost(r, objective)
-        if unit < yardstick:
-            kept.append(r)
-            continue
-        rejected.append(
-            Rejection(
-                pool=r.pool,
-                reason=(
-                    f"${unit:.4f} per {REFERENCE_GPU}-hour of work on spot, no less than ${yardstick:.4f} "
-                    f"on {best.pool.instance_type} on-demand"
-                ),
-                category="dearer-than-on-demand",
+    @classmethod
+    def of(cls, request: PlacementRequest) -> _Terms:
+        spec = request.spec
+        known = spec.work_hours is not None or request.remaining_work_hours is not None
+        remaining = request.remaining_work_hours
+        if remaining is None:
+            remaining = max(0.0, spec.work_hours - request.work_done_hours) if spec.work_hours else 1.0
+        overhead = (
+            spec.placement.restart_overhead_hours
+            if request.restart_overhead_hours is None
+            else request.restart_overhead_hours
+        )
+        od_prices = request.on_demand_prices if request.on_demand_prices is not None else _catalog_on_demand_prices()
+        terms = cls(
+            request=request,
+            overhead=overhead,
+            rates=request.interruptions or InterruptionModel(),
+            known=known,
+            remaining_work_hours=remaining,
+            od_prices=od_prices,
+            cap=spec.limits.max_price_per_hour,
+            overhead_per_interruption=overhead + spec.checkpoint.interval_minutes / 60 / 2,
+            latest=sorted(latest_quotes(request.quotes).items(), key=lambda item: _pool_order(item[0])),
+            on_demand_types=[],
+        )
+        terms.on_demand_types = [
+            itype
+            for name in sorted(od_prices)
+            if (itype := INSTANCE_TYPES.get(name)) is not None and terms.misfit(name) is None
+        ]
+        # Without a work estimate nobody knows whether a pool can finish in time: no deadline rejections.
+        deadline = spec.limits.deadline_hours
+        if deadline is not None and known and deadline:
+            terms.time_left = deadline - request.elapsed_hours
+        terms.deadline_lost = terms._deadline_lost()
+        if terms.deadline_lost:
+            terms.time_left = None
+        return terms
+
+    def misfit(self, type_name: str) -> str | None:
+        if type_name not in self.misfits:
+            itype = INSTANCE_TYPES.get(type_name)
+            self.misfits[type_name] = (
+                "not a GPU instance type in the catalog" if itype is None else self.request.spec.resources.misfit(itype)
             )
-        )
-    return kept
+        return self.misfits[type_name]
 
+    def within_cap(self, price: float) -> bool:
+        return self.cap is None or price <= self.cap
 
-def _spot_runs_paying_off(
-    spot: list[RankedPool],
-    yardstick: RankedPool,
-    spec: JobSpec,
-    rates: InterruptionModel,
-    overhead: float,
-    spot_runs: Mapping[str, Sequence[float]],
-) -> list[RankedPool]:
-    """The spot pools where a run is expected to pay for leaving `yardstick`, the cheapest usable on-demand
-    pool."""
-    on_demand_unit = unit_cost(yardstick, spec.placement.objective)
-    # a job that does not save at the notice also loses half a checkpoint interval on average
-    overhead_hours = overhead + work_at_risk_hours(spec) / 2
-    return [
-        r
-        for r in spot
-        if spot_run_pays_off(
-            spot_unit=r.hourly_price / r.relative_speed,
-            on_demand_unit=on_demand_unit,
-            speed_ratio=yardstick.relative_speed / r.relative_speed,
-            overhead_hours=overhead_hours,
-            runs=spot_runs.get(r.pool.offering, ()),
-            hourly_rate=rates.hourly_rate(r.pool),
-        )
-    ]
-
-
-def spot_run_pays_off(
-    *,
-    spot_unit: float,
-    on_demand_unit: float,
-    overhead_hours: float,
-    runs: Sequence[float],
-    hourly_rate: float,
-    speed_ratio: float = 1.0,
-) -> bool:
-    """Whether moving a job from on-demand to a spot pool is expected to cost less than staying, whatever
-    its progress. Prices per unit of work: spot s, on-demand o; `speed_ratio` k = on-demand speed / spot
-    speed; d the overhead a start costs (hours).
-
-    A spot run that lasts T hours before its interruption costs T x spot price and makes (T - d)+ hours of
-    spot progress; the job then restarts on on-demand (d hours at its price). Staying on on-demand for the
-    same T + d hours costs (T + d) x its price. The switch's shortfall in work is bought back on on-demand
-    at worst (o per unit), so per unit of spot speed the switch pays off when T s + d o k < (T - d)+ o; on
-    average over T:
-        E[(T - d)+] / E[T] > s / o + d k / E[T].
-    With the job's own interrupted runs in the pool (`runs`, boot included) the averages are theirs; with
-    none, T is exponential with the pool's interruption rate r: E[(T - d)+] = exp(-r d) / r, and the
-    condition is s + r d o k < exp(-r d) o. A pool whose capacity comes and goes in minutes (most of its
-    runs end within d) fails it even at a third of the on-demand price."""
-    if runs:
-        total = sum(runs)
-        if total <= 0:
+    def _deadline_lost(self) -> bool:
+        """A deadline no pool can meet any more (a preemption lost work the net could not cover, or the job
+        came too late): rejecting every pool for it would leave the job waiting until `max_wait_hours` fails
+        it. It is late whatever happens now, so no pool is rejected for the deadline and the market choice's
+        safety net puts it on on-demand: finished as soon as possible, the least late it can be. Only types
+        the job could get at all count: a spot quote or (with on_demand_fallback) an on-demand price within
+        max_price_per_hour."""
+        if self.time_left is None:
             return False
-        useful = sum(max(0.0, t - overhead_hours) for t in runs)
-        return useful / total > spot_unit / on_demand_unit + overhead_hours * speed_ratio * len(runs) / total
-    x = hourly_rate * overhead_hours
-    return spot_unit + x * on_demand_unit * speed_ratio < math.exp(-x) * on_demand_unit
+        usable = {
+            pool.instance_type
+            for pool, quote in self.latest
+            if pool.market is Market.SPOT and self.within_cap(quote.usd_per_hour)
+        }
+        if self.request.spec.limits.on_demand_fallback:
+            usable |= {t.name for t in self.on_demand_types if self.within_cap(self.od_prices[t.name])}
+        types = [t for name in usable if (t := INSTANCE_TYPES.get(name)) is not None and self.misfit(name) is None]
+        return bool(types) and (
+            min(self.remaining_work_hours / relative_speed(t) for t in types) + self.overhead
+            > self.time_left + DEADLINE_ROUNDING_HOURS
+        )
+
+    def on_demand_candidates(self) -> list[tuple[Pool, float]]:
+        """The on-demand pools to consider: every fitting type in every zone (the request's and the quoted
+        ones), when the market choice may pick on-demand (a deadline, a work estimate, the fallback allowed)."""
+        limits = self.request.spec.limits
+        if not (
+            limits.on_demand_fallback and limits.deadline_hours is not None and self.request.spec.work_hours is not None
+        ):
+            return []
+        zones = set(self.request.zones) | {pool.availability_zone for pool, _ in self.latest}
+        return [
+            (
+                Pool(instance_type=itype.name, availability_zone=zone, market=Market.ON_DEMAND),
+                self.od_prices[itype.name],
+            )
+            for itype in self.on_demand_types
+            for zone in sorted(zones)
+        ]
+
+    def run_hours(self, pool: Pool) -> float:
+        return self.remaining_work_hours / relative_speed(INSTANCE_TYPES[pool.instance_type])
+
+    def costed(self, pool: Pool, price: float) -> RankedPool:
+        """The pool's expected cost to finish: its price over the run and the expected interruptions' overhead."""
+        speed = relative_speed(INSTANCE_TYPES[pool.instance_type])
+        run_hours = self.remaining_work_hours / speed
+        expected_interruptions = self.rates.hourly_rate(pool) * run_hours
+        billed_hours = run_hours + expected_interruptions * self.overhead_per_interruption
+        return RankedPool(
+            pool=pool,
+            hourly_price=price,
+            relative_speed=speed,
+            run_hours=run_hours,
+            expected_interruptions=expected_interruptions,
+            expected_cost_to_finish=price * billed_hours,
+            interruption_basis=self.rates.describe(pool),
+        )
 
 
-def spot_run_hours(attempts: Iterable[Attempt]) -> dict[str, list[float]]:
-    """Per offering ('type:az'), how long each interrupted spot attempt ran: from its launch (an adopted
-    standby: from the handover) to the interruption notice (or its end)."""
-    runs: dict[str, list[float]] = {}
-    for a in attempts:
-        end = a.interrupted_at or a.ended_at
-        # A standby that took the job over ran for it from the handover (its boot overlapped on-demand work).
-        start = a.running_at if a.handover_from is not None and a.running_at is not None else a.started_at
-        if a.pool.market is Market.SPOT and a.outcome is AttemptOutcome.INTERRUPTED and end is not None:
-            runs.setdefault(a.pool.offering, []).append(max(0.0, (end - start).total_seconds() / 3600))
-    return runs
+# --- the filter chain ----------------------------------------------------------------------------------
+# Each filter looks at one candidate pool (at its price) and rejects it with a reason, or lets it through;
+# the first to reject it is the one reported. In order: the type fits the job, the pool is not blocked,
+# the price is within the job's cap, it can finish before the deadline, its expected cost is within the
+# budget left.
+
+
+def _fits(pool: Pool, price: float, terms: _Terms) -> Rejection | None:
+    reason = terms.misfit(pool.instance_type)
+    if reason is None:
+        return None
+    category = "unknown-type" if pool.instance_type not in INSTANCE_TYPES else "misfit"
+    return Rejection(pool=pool, reason=reason, category=category)
+
+
+def _not_blocked(pool: Pool, price: float, terms: _Terms) -> Rejection | None:
+    if pool not in terms.request.blocked:
+        return None
+    return Rejection(pool=pool, reason="pool blocked after a recent loss", category="blocked")
+
+
+def _within_price_cap(pool: Pool, price: float, terms: _Terms) -> Rejection | None:
+    if terms.cap is None or not price > terms.cap:
+        return None
+    reason = f"${price:.4f}/h is above max_price_per_hour ${terms.cap:g}"
+    return Rejection(pool=pool, reason=reason, category="price-cap", hourly_price=price)
+
+
+def _in_time(pool: Pool, price: float, terms: _Terms) -> Rejection | None:
+    run_hours = terms.run_hours(pool)
+    if terms.time_left is None or not run_hours + terms.overhead > terms.time_left + DEADLINE_ROUNDING_HOURS:
+        return None
+    reason = (
+        f"needs {run_hours:.2f} h + {terms.overhead:g} h to start, only {terms.time_left:.2f} h left to the deadline"
+    )
+    return Rejection(pool=pool, reason=reason, category="deadline")
+
+
+def _within_budget(pool: Pool, price: float, terms: _Terms) -> Rejection | None:
+    budget = terms.request.budget_left_usd
+    if budget is None:
+        return None
+    expected = terms.costed(pool, price).expected_cost_to_finish
+    if not expected > budget:
+        return None
+    reason = f"expected ${expected:.2f} to finish exceeds the ${budget:.2f} budget left"
+    return Rejection(pool=pool, reason=reason, category="budget")
+
+
+FILTERS: tuple[Callable[[Pool, float, _Terms], Rejection | None], ...] = (
+    _fits,
+    _not_blocked,
+    _within_price_cap,
+    _in_time,
+    _within_budget,
+)
+
+
+def _consider(pool: Pool, price: float, terms: _Terms, rejected: list[Rejection]) -> RankedPool | None:
+    for check in FILTERS:
+        rejection = check(pool, price, terms)
+        if rejection is not None:
+            rejected.append(rejection)
+            return None
+    return terms.costed(pool, price)
+
+
+def _market_decision(
+    terms: _Terms, spot: list[RankedPool], cheapest_on_demand: RankedPool | None, rejected: list[Rejection]
+) -> tuple[MarketDecision, list[RankedPool]]:
+    """Uniform Progress's market choice over the spot pools left (spotrelay.policy.market_choice), and the
+    spot pools it keeps: for a job on on-demand behind the line, only those where a run pays for the switch."""
+    request, spec = terms.request, terms.request.spec
+    market_inputs: dict[str, Any] = {
+        "total_work_hours": spec.work_hours,
+        "work_done_hours": request.work_done_hours,
+        "deadline_hours": spec.limits.deadline_hours,
+        "elapsed_hours": request.elapsed_hours,
+        "on_demand_run_hours": _on_demand_run_hours(
+            terms.on_demand_types, terms.od_prices, terms.remaining_work_hours, terms.cap
+        ),
+        "restart_overhead_hours": terms.overhead,
+        "spot_available": bool(spot),
+        "on_demand_allowed": spec.limits.on_demand_fallback,
+        "current": request.current_market,
+        "returns_to_spot": request.migrates or request.current_market is Market.ON_DEMAND,
+        "work_at_risk_hours": work_at_risk_hours(spec),
+        "catch_up_band_share": CATCH_UP_BAND_SHARE,
+        "out_of_patience": request.out_of_patience,
+    }
+    decision = uniform_progress(**market_inputs)
+    on_demand_now = request.current_market is Market.ON_DEMAND
+    if on_demand_now and decision.action is MarketAction.ON_DEMAND and spot and cheapest_on_demand:
+        # Rule 3, refined: behind the line, back to spot only in the pools where a run pays for the switch.
+        runs_of = request.spot_runs or {}
+        paying = spot_runs_paying_off(spot, cheapest_on_demand, spec, terms.rates, terms.overhead, runs_of)
+        refined = uniform_progress(**market_inputs, spot_run_pays_off=bool(paying))
+        if refined.action is MarketAction.SPOT:
+            decision = refined
+            for r in spot:
+                if r not in paying:
+                    runs = runs_of.get(r.pool.offering, ())
+                    why = (
+                        f"its {len(runs)} interrupted run(s) here averaged {sum(runs) / len(runs) * 60:.0f} min"
+                        if runs
+                        else f"{terms.rates.hourly_rate(r.pool):.2f} interruptions/h expected here"
+                    )
+                    rejected.append(
+                        Rejection(
+                            pool=r.pool,
+                            reason=f"{why}: a run is too short to pay for leaving on-demand",
+                            category="short-runs",
+                        )
+                    )
+            spot = paying
+        else:
+            decision = decision.model_copy(
+                update={"reason": f"{decision.reason}; no spot pool where a run would pay for the switch"}
+            )
+    if terms.deadline_lost:
+        decision = decision.model_copy(
+            update={"reason": f"the deadline can no longer be met: finish as soon as possible; {decision.reason}"}
+        )
+    return decision, spot
 
 
 def _pool_order(pool: Pool) -> tuple[str, str, str]:
@@ -574,3 +486,21 @@ def _on_demand_run_hours(
         return None
     best = min(affordable, key=lambda t: (prices[t.name] / relative_speed(t), t.name))
     return remaining_work_hours / relative_speed(best)
+
+
+__all__ = [
+    "DEADLINE_ROUNDING_HOURS",
+    "DEFAULT_RESTART_OVERHEAD_HOURS",
+    "FILTERS",
+    "Placement",
+    "PlacementRequest",
+    "RankedPool",
+    "Rejection",
+    "latest_quotes",
+    "place",
+    "rank",
+    "spot_run_hours",
+    "spot_run_pays_off",
+    "unit_cost",
+    "work_at_risk_hours",
+]
