@@ -13,6 +13,7 @@ import pytest
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.control.ports import ConflictError
 from spotrelay.local import patches
+from spotrelay.local.patches import installation
 from spotrelay.models import Job, JobState, parse_job_spec
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
@@ -41,7 +42,7 @@ def faults(monkeypatch: pytest.MonkeyPatch) -> Iterator[Scripted]:
     scripted = Scripted()
     patcher = patches._Patcher()
     patches._patch_dynamodb_faults(patcher)
-    monkeypatch.setattr(patches, "_installed", _Installed(scripted))
+    monkeypatch.setattr(installation, "_installed", _Installed(scripted))
     try:
         yield scripted
     finally:
