@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from spotrelay.agent.logs import JobLogger, ship_to_cloudwatch
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.catalog import INSTANCE_TYPES
-from spotrelay.cli import app, jobs
+from spotrelay.cli import app, job_cost_report, job_list, job_logs, job_status, job_wait
 from spotrelay.clock import ClockEvent, ClockThread
 from spotrelay.config import TAG_JOB_ID
 from spotrelay.control.vend import attempt_log_stream
@@ -39,6 +39,12 @@ def run(clock: VirtualClock, *args: str, stdin: str | None = None) -> Any:
         result = CliRunner().invoke(app, list(args), input=stdin)
     clock.wait_quiescent()
     return result
+
+
+def count_to(monkeypatch: pytest.MonkeyPatch, clock: VirtualClock) -> None:
+    """The commands' `utc_now` (the time costs count to, and `logs --since` from) the virtual clock's now."""
+    for module in (job_status, job_list, job_cost_report, job_logs):
+        monkeypatch.setattr(module, "utc_now", clock.now)
 
 
 def submit(clock: VirtualClock, job_file: Path) -> str:
@@ -284,7 +290,7 @@ def test_logs_prints_the_jobs_output_as_written_and_the_agents_lines_across_atte
 def test_cost_counts_the_live_instance_to_now_against_the_same_hours_on_on_demand(
     runtime: LocalRuntime, clock: VirtualClock, events_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jobs, "utc_now", clock.now)  # costs count to the virtual clock's now
+    count_to(monkeypatch, clock)  # costs count to the virtual clock's now
     job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
     (launch,) = runtime.market_launches()
     # Given the job's instance has run for an hour (its agent heartbeating)
@@ -342,7 +348,7 @@ def rising_runtime(synthesized_template: Path, clock: VirtualClock) -> Iterator[
 def test_cost_and_status_count_a_live_instance_at_the_spot_prices_in_effect_and_say_it_is_an_estimate(
     rising_runtime: LocalRuntime, clock: VirtualClock, events_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jobs, "utc_now", clock.now)
+    count_to(monkeypatch, clock)
     job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
     (launch,) = rising_runtime.market_launches()
     assert (launch.pool.offering, launch.spot_price) == ("g6.xlarge:us-east-1a", 0.35)
@@ -474,7 +480,7 @@ def test_wait_prints_each_job_as_it_ends_and_exits_1_when_one_failed(
     driven = DrivenClock(
         clock, lambda: None, agent_reports(runtime, clock, first, 0), agent_reports(runtime, clock, second, 3)
     )
-    monkeypatch.setattr(jobs, "command_clock", lambda: driven)
+    monkeypatch.setattr(job_wait, "command_clock", lambda: driven)
     # When the user waits for both (the first given twice)
     result = waited(clock, "wait", first, second, first)
     # Then each job's line came as it ended: its state, and why the failed one failed; exit 1
@@ -507,7 +513,7 @@ def test_wait_gives_up_at_its_timeout_and_says_which_job_is_still_running(
 ) -> None:
     job_id = submit(clock, events_dir / "jobs" / "resnet50.yaml")
     driven = DrivenClock(clock)
-    monkeypatch.setattr(jobs, "command_clock", lambda: driven)
+    monkeypatch.setattr(job_wait, "command_clock", lambda: driven)
     # When the user waits at most 12 s, polling every 5 s, for a job that goes on running
     result = waited(clock, "wait", job_id, "--timeout", "12s")
     # Then the wait stops at 12 s (the last sleep cut to the deadline), exit 1, and says where the job is
@@ -538,7 +544,7 @@ def test_submit_wait_waits_for_the_dispatcher_to_record_the_job_then_for_its_end
         clock.wait_quiescent()
 
     driven = DrivenClock(clock, schedule)
-    monkeypatch.setattr(jobs, "command_clock", lambda: driven)
+    monkeypatch.setattr(job_wait, "command_clock", lambda: driven)
 
     def job_succeeds() -> None:  # once launched, the job's agent reports success
         (launch,) = runtime.market_launches()
@@ -591,7 +597,7 @@ def test_ls_filters_by_state_and_tag_and_shows_name_pool_and_cost_so_far(
     no_restart_job: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(jobs, "utc_now", clock.now)  # costs count to the virtual clock's now
+    count_to(monkeypatch, clock)  # costs count to the virtual clock's now
     # Given a vision job an hour on its spot instance, and a speech job cancelled at once
     vision = submit(clock, events_dir / "jobs" / "resnet50.yaml")
     speech = submit(clock, no_restart_job)

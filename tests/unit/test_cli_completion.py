@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from spotrelay.cli import app, jobs
+from spotrelay.cli import app, job_actions, job_common, job_logs, job_status, job_submit, job_wait
 
 
 def test_the_top_level_help_lists_the_completion_options() -> None:
@@ -51,7 +51,8 @@ def complete(words: str) -> list[str]:
 def test_completion_offers_the_commands_and_a_commands_options_after_a_job_id(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(jobs, "connect", lambda *a: pytest.fail("completion may not read the stack"))
+    for module in (job_common, job_submit, job_status, job_logs, job_wait, job_actions):  # each command's `connect`
+        monkeypatch.setattr(module, "connect", lambda *a: pytest.fail("completion may not read the stack"))
     assert {"submit", "status", "wait", "cancel", "admin"} <= set(complete("spotrelay "))
     assert complete("spotrelay st") == ["status"]
     # At a job id: nothing to offer (ids are the stack's), and nothing read to find one

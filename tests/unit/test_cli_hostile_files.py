@@ -12,7 +12,7 @@ from test_aws_stack import Queue
 from typer.testing import CliRunner, Result
 
 from spotrelay.aws.stack import SQS_MESSAGE_MAX_BYTES, JobsClient, deployed_stack
-from spotrelay.cli import app, jobs
+from spotrelay.cli import app, job_submit
 
 MINIMAL = "name: train\nrun: {command: python train.py}\nresources: {gpus: 1}\n"
 BILLION_LAUGHS = (
@@ -60,7 +60,7 @@ def queue(monkeypatch: pytest.MonkeyPatch) -> Queue:
     sent = Queue()
     stack = deployed_stack(CloudFormation(), "SpotRelay")
     client = JobsClient(stack, sqs=sent, lambda_=None, logs=None, dynamodb=None)  # type: ignore[arg-type]
-    monkeypatch.setattr(jobs, "connect", lambda *a: client)
+    monkeypatch.setattr(job_submit, "connect", lambda *a: client)
     return sent
 
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spotrelay.aws.stack import UNAVAILABLE, LogLine, StackError
-from spotrelay.cli import app, jobs
+from spotrelay.cli import app, job_logs, jobs
 from spotrelay.models import JobState
 
 STREAM_1, STREAM_2 = "train-1/00001", "train-1/00002"
@@ -68,12 +68,12 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         now[0] += seconds
 
     scripted = SimpleNamespace(sleep=sleep, monotonic=lambda: now[0])
-    monkeypatch.setattr(jobs, "command_clock", lambda: scripted)
+    monkeypatch.setattr(job_logs, "command_clock", lambda: scripted)
     return now
 
 
 def follow(monkeypatch: pytest.MonkeyPatch, stack: ScriptedStack, *args: str) -> Any:
-    monkeypatch.setattr(jobs, "connect", lambda *a: stack)
+    monkeypatch.setattr(job_logs, "connect", lambda *a: stack)
     return CliRunner().invoke(app, ["logs", "train-1", "--follow", *args])
 
 
@@ -170,8 +170,8 @@ def test_since_asks_only_for_the_lines_of_that_last_stretch(monkeypatch: pytest.
         states=[JobState.SUCCEEDED],
         shipped=[[output(1, STREAM_1, "epoch 1"), output(6, STREAM_1, "epoch 6"), output(9, STREAM_1, "epoch 9")]],
     )
-    monkeypatch.setattr(jobs, "connect", lambda *a: stack)
-    monkeypatch.setattr(jobs, "utc_now", lambda: datetime.fromtimestamp(10, UTC))  # the lines' clock
+    monkeypatch.setattr(job_logs, "connect", lambda *a: stack)
+    monkeypatch.setattr(job_logs, "utc_now", lambda: datetime.fromtimestamp(10, UTC))  # the lines' clock
     result = CliRunner().invoke(app, ["logs", "train-1", "--since", "5s"])
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["epoch 6", "epoch 9"]
@@ -202,7 +202,7 @@ def test_a_follow_says_what_it_waits_for_and_how_the_job_ended(
 def test_logs_of_a_job_that_ended_without_lines_do_not_say_yet(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a job cancelled while it waited for capacity: no instance ran it
     stack = ScriptedStack(states=[JobState.CANCELLED], shipped=[[]])
-    monkeypatch.setattr(jobs, "connect", lambda *a: stack)
+    monkeypatch.setattr(job_logs, "connect", lambda *a: stack)
     result = CliRunner().invoke(app, ["logs", "train-1"])
     # Then it says the job ended without lines, not that they are still to come
     assert result.exit_code == 0, result.output

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from spotrelay.aws.stack import JobStatus
-from spotrelay.cli import jobs
+from spotrelay.cli import job_list, jobs
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, Pool, parse_job_spec
 
 NOW = datetime(2026, 11, 30, 13, tzinfo=UTC)
@@ -19,7 +19,7 @@ LONG_ID = "bert-finetune-0a1b2c3d4e5f"
 
 def terminal(monkeypatch: pytest.MonkeyPatch) -> Console:
     console = Console(width=80, record=True, force_terminal=True)
-    monkeypatch.setattr(jobs, "tables", lambda: console)
+    monkeypatch.setattr(job_list, "tables", lambda: console)
     return console
 
 
@@ -48,8 +48,8 @@ def test_ls_keeps_ids_names_states_pools_and_costs_whole_at_80_columns(monkeypat
             [live],
         ),
     ]
-    monkeypatch.setattr(jobs, "on_stack", lambda *args: listed)
-    monkeypatch.setattr(jobs, "utc_now", lambda: NOW + timedelta(hours=1))
+    monkeypatch.setattr(job_list, "on_stack", lambda *args: listed)
+    monkeypatch.setattr(job_list, "utc_now", lambda: NOW + timedelta(hours=1))
     # When `ls` prints them in an 80-column terminal
     jobs.ls_command(stack="SpotRelay", region=None, endpoint_url=None, ended=False, as_json=False)
     # Then nothing is cut short: ids, names, states, progress, pools, costs (the live one's an estimate)

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spotrelay.aws.stack import UNAVAILABLE, StackError
-from spotrelay.cli import app, jobs
+from spotrelay.cli import app, job_submit, job_wait
 from spotrelay.clock import ClockEvent, ClockThread
 from spotrelay.models import Job, JobState, parse_job_spec
 
@@ -68,12 +68,12 @@ class ScriptedTable:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> ScriptedClock:
     scripted = ScriptedClock()
-    monkeypatch.setattr(jobs, "command_clock", lambda: scripted)
+    monkeypatch.setattr(job_wait, "command_clock", lambda: scripted)
     return scripted
 
 
 def wait(monkeypatch: pytest.MonkeyPatch, table: ScriptedTable, *args: str) -> Any:
-    monkeypatch.setattr(jobs, "connect", lambda *a: table)
+    monkeypatch.setattr(job_wait, "connect", lambda *a: table)
     return CliRunner().invoke(app, ["wait", JOB_ID, *args])
 
 
@@ -96,8 +96,8 @@ def test_a_wait_gives_up_after_reads_failed_five_times_in_a_row(
     # Then the error is AWS's, one line, exit 1, after five failed polls 30 s apart
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines()[-1] == f"error: {THROTTLED}"
-    assert table.count == 1 + jobs.WAIT_MAX_FAILURES
-    assert clock.slept == [30.0] * jobs.WAIT_MAX_FAILURES
+    assert table.count == 1 + job_wait.WAIT_MAX_FAILURES
+    assert clock.slept == [30.0] * job_wait.WAIT_MAX_FAILURES
 
 
 def test_a_wait_reads_once_more_at_its_deadline(monkeypatch: pytest.MonkeyPatch, clock: ScriptedClock) -> None:
@@ -113,7 +113,7 @@ def test_a_wait_reads_once_more_at_its_deadline(monkeypatch: pytest.MonkeyPatch,
 def test_submit_refuses_a_timeout_without_wait_and_sends_nothing(
     monkeypatch: pytest.MonkeyPatch, events_dir: Path
 ) -> None:
-    monkeypatch.setattr(jobs, "connect", lambda *a: pytest.fail("nothing may be sent"))
+    monkeypatch.setattr(job_submit, "connect", lambda *a: pytest.fail("nothing may be sent"))
     result = CliRunner().invoke(app, ["submit", str(events_dir / "jobs" / "resnet50.yaml"), "--timeout", "1h"])
     assert result.exit_code == 2
     assert result.stderr == "error: --timeout: a limit on --wait; give --wait too\n"

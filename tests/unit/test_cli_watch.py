@@ -16,7 +16,7 @@ from test_cli_wait import JOB_ID, NOW, SPEC, THROTTLED, ScriptedClock
 from typer.testing import CliRunner
 
 from spotrelay.aws.stack import JobStatus, StackError
-from spotrelay.cli import app, jobs
+from spotrelay.cli import app, job_common, job_status, job_wait
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, Pool
 
 ON_DEMAND = Pool(instance_type="g6.xlarge", availability_zone="us-east-1a", market=Market.ON_DEMAND)
@@ -59,12 +59,13 @@ class ScriptedStack:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> ScriptedClock:
     scripted = ScriptedClock()
-    monkeypatch.setattr(jobs, "command_clock", lambda: scripted)
+    monkeypatch.setattr(job_status, "command_clock", lambda: scripted)  # the watch's polling
+    monkeypatch.setattr(job_common, "command_clock", lambda: scripted)  # and `utc_now`'s
     return scripted
 
 
 def watch(monkeypatch: pytest.MonkeyPatch, stack: ScriptedStack, *args: str) -> Any:
-    monkeypatch.setattr(jobs, "connect", lambda *a: stack)
+    monkeypatch.setattr(job_status, "connect", lambda *a: stack)
     return CliRunner().invoke(app, ["status", JOB_ID, "--watch", *args])
 
 
@@ -110,7 +111,7 @@ def test_watch_gives_up_as_wait_does_when_the_reads_keep_failing(
     result = watch(monkeypatch, stack)
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines()[-1] == f"error: {THROTTLED}"
-    assert stack.count == 1 + jobs.WAIT_MAX_FAILURES
+    assert stack.count == 1 + job_wait.WAIT_MAX_FAILURES
 
 
 def test_watch_of_a_job_the_stack_does_not_know_is_the_one_line_error(
@@ -149,7 +150,7 @@ def test_on_a_terminal_the_status_is_redrawn_in_place_and_the_last_one_stays(
 ) -> None:
     # Given stdout a terminal
     screen = Console(file=io.StringIO(), force_terminal=True, width=100, record=True)
-    monkeypatch.setattr(jobs, "out", screen)
+    monkeypatch.setattr(job_status, "out", screen)
     stack = ScriptedStack(JobState.RUNNING, JobState.SUCCEEDED)
     # When the user watches the job until it succeeds
     result = watch(monkeypatch, stack)
@@ -176,14 +177,14 @@ def test_on_a_terminal_the_status_is_redrawn_in_place_and_the_last_one_stays(
 def test_a_bad_interval_is_the_one_line_error_and_nothing_is_read(
     monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
 ) -> None:
-    monkeypatch.setattr(jobs, "connect", lambda *a: pytest.fail("nothing may be read"))
+    monkeypatch.setattr(job_status, "connect", lambda *a: pytest.fail("nothing may be read"))
     result = CliRunner().invoke(app, ["status", JOB_ID, "--watch", *args])
     assert result.exit_code == 2
     assert result.stderr.startswith(message)
 
 
 def test_an_interval_without_watch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jobs, "connect", lambda *a: pytest.fail("nothing may be read"))
+    monkeypatch.setattr(job_status, "connect", lambda *a: pytest.fail("nothing may be read"))
     result = CliRunner().invoke(app, ["status", JOB_ID, "--interval", "10s"])
     assert result.exit_code == 2
     assert result.stderr == "error: --interval: how often --watch reads the job; give --watch too\n"
