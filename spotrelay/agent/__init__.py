@@ -1,10 +1,13 @@
 """The worker agent (`spotrelay agent`): runs one job attempt on its GPU instance, checkpoints it to
 S3, and reports on the Run task's token. See `spotrelay.agent.agent` for the lifecycle.
 
-Modules: `agent` (the loop), `main` (the wiring behind `spotrelay agent`), `imds` (IMDSv2 client),
+Modules: `agent` (the loop, the notice, the report), with its parts `startup` (before the job: the attempt
+record, the previous attempt, starting the job), `heartbeat`, `handover` (a migration's), `background` (periodic
+and rebalance checkpoints), `output` (the job's lines forwarded) and `settings`; `main` (the wiring behind
+`spotrelay agent`), `imds` (IMDSv2 client),
 `checkpoints` (what changed, what to upload, restore verification; no AWS), `checkpointer` (the
-order of the writes: data, manifest, pointer), `confined` (the job's checkpoint dir read and written
-as root without following what the job planted there), `runner` and `supervise` (the job's process),
+order of the writes: data, manifest, pointer), `confined` (a package: the job's checkpoint dir read and
+written as root without following what the job planted there), `runner` and `supervise` (the job's process),
 `state` (the state file that survives a restart), `logs`, `bench` (`python -m spotrelay.agent.bench`),
 `ports` (what the agent needs of AWS, as Protocols). The AWS side is `spotrelay.aws.checkpoints`,
 `spotrelay.aws.store` and `spotrelay.aws.task_tokens`, wired in by `main` and `bench` only.
