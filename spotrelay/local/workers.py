@@ -25,11 +25,15 @@ IMDS, the S3 client and the job of one attempt.
 What is simulated: the machine (boot time, termination), IMDS, the user's job (a clock process that
 writes real files in the checkpoint dir), and time. What is real: the agent, its checkpoint code and
 every AWS call it makes (to moto).
+
+The code, one concern a module: spotrelay.local.workers_clock (the instance's clock: `MortalClock`,
+`Life`, `Gone`), spotrelay.local.workers_logbook (what the agent did: `AgentEvent`, `AgentLogbook`,
+`CountingTokens`), and this module: the instance worker itself, with the agent's clients on its job's
+credentials. Every name is importable from here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,13 +45,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from spotrelay.agent.agent import CLOSED_FIRST, CLOSED_FIRST_KEPT, REPORTED, Agent, AgentError, AgentSettings
 from spotrelay.agent.imds import ImdsClient
-from spotrelay.agent.logs import LOGGER_NAME
 from spotrelay.agent.main import wait_for_credentials
 from spotrelay.aws.checkpoints import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.task_tokens import StepFunctionsTaskTokens
 from spotrelay.catalog import INSTANCE_TYPES, relative_speed
-from spotrelay.clock import ClockEvent, ClockThread
 from spotrelay.config import TAG_ATTEMPT, TAG_JOB_ID
 from spotrelay.control.vend import VendRefused
 from spotrelay.local.clock import VirtualClock
@@ -58,6 +60,16 @@ from spotrelay.local.imds import ENDPOINT, ImdsFault, InstanceMetadataService
 from spotrelay.local.job_credentials import instance_credentials
 from spotrelay.local.runtime import DRIVER_CONFIG, LocalRuntime
 from spotrelay.local.sim_job import STEP_SAVE_SECONDS, STOP_SECONDS, JobBehaviour, SimulatedJobRunner
+from spotrelay.local.workers_clock import Gone, Life, MortalClock
+from spotrelay.local.workers_logbook import (
+    _AGENT_LINES,
+    AgentEvent,
+    AgentLogbook,
+    CountingTokens,
+    _error_of,
+    _iso,
+    _pick,
+)
 from spotrelay.models import JobSpec, Market
 
 BOOT = timedelta(seconds=60)  # launch -> `running`
@@ -93,177 +105,6 @@ class WorkerHost(Protocol):
 
     @property
     def stack(self) -> LocalStack: ...
-
-
-# --- the instance's clock: the virtual clock, until the instance (or its agent) is gone ----------
-
-
-class Gone(BaseException):
-    """The instance (or the agent process) is gone: its threads end at their next wait.
-    A BaseException, so that the agent's `except Exception` never takes it for an error of its own."""
-
-
-@dataclass
-class Life:
-    """One life of a process group on an instance (the instance's, or one agent process's)."""
-
-    alive: bool = True
-
-
-class _MortalEvent:
-    def __init__(self, inner: ClockEvent, clock: MortalClock) -> None:
-        self._inner = inner
-        self._clock = clock
-
-    def is_set(self) -> bool:
-        return self._inner.is_set()
-
-    def set(self) -> None:
-        self._inner.set()
-
-    def clear(self) -> None:
-        self._inner.clear()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self._clock.check()
-        fired = self._inner.wait(timeout)
-        self._clock.check()
-        return fired
-
-
-class MortalClock:
-    """The virtual clock as one process group on an instance sees it (spotrelay.clock.WaitingClock):
-    once any of its lives ends (the instance, the agent process), a wait raises Gone."""
-
-    def __init__(self, clock: VirtualClock, *lives: Life) -> None:
-        self._clock = clock
-        self._lives = lives
-
-    def check(self) -> None:
-        if not all(life.alive for life in self._lives):
-            raise Gone
-
-    def now(self) -> datetime:
-        return self._clock.now()
-
-    def monotonic(self) -> float:
-        return self._clock.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        self.check()
-        self._clock.sleep(seconds)
-        self.check()
-
-    def event(self) -> ClockEvent:
-        return _MortalEvent(self._clock.event(), self)
-
-    def start_thread(self, name: str, target: Callable[[], None]) -> ClockThread:
-        def run() -> None:
-            with contextlib.suppress(Gone):
-                target()
-
-        return self._clock.start_thread(name, run)
-
-
-# --- what the agent did ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AgentEvent:
-    at: datetime
-    event: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"at": _iso(self.at), "event": self.event, **self.details}
-
-
-def _iso(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _error_of(record: logging.LogRecord) -> dict[str, Any]:
-    """The exception a log line carries (`log.exception`), as its last line: type and message."""
-    if record.exc_info and record.exc_info[1] is not None:
-        error = record.exc_info[1]
-        return {"error": f"{type(error).__name__}: {error}"[:500]}
-    return {}
-
-
-def _pick(record: logging.LogRecord, *names: str) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in names if getattr(record, name, None) is not None}
-
-
-# The agent's log lines that say what it did (message -> event and the fields it keeps)
-_AGENT_LINES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "checkpoint restored": ("restored", ("checkpoint", "files", "bytes", "work_done_hours")),
-    "job started": ("job-started", ("resumed",)),
-    "re-attached to the running job": ("reattached", ("stopping_for",)),
-    "rebalance recommendation: checkpointing early": ("rebalance-seen", ("notice_time",)),
-    "spot interruption notice: stopping the job and checkpointing": ("notice-seen", ("action_time", "grace_seconds")),
-    "migration back to spot requested: stopping the job and checkpointing": ("migrate-seen", ("requested_at",)),
-    "SIGTERM sent to the job": ("sigterm", ()),
-    "the job did not exit within grace_seconds: SIGKILL": ("sigkill", ("grace_seconds",)),
-    "the job has stopped": ("job-stopped", ("exit_code",)),
-    "checkpoint failed; the next one will try again": ("checkpoint-failed", ("reason",)),
-    "the final checkpoint failed": ("checkpoint-failed", ("reason",)),
-    "checkpoint dropped": ("checkpoint-dropped", ("reason",)),
-    "IMDS did not answer": ("imds-unanswered", ("error",)),
-    "heartbeat failed": ("heartbeat-failed", ("error",)),
-    "not starting the job": ("not-started", ("reason",)),
-    "agent stopped; the job keeps running and the next agent re-attaches": ("agent-stopped", ()),
-}
-
-
-class AgentLogbook(logging.Handler):
-    """Takes the agents' log lines during a replay (instead of stdout) and hands each to its worker,
-    stamped with virtual time (the line is logged by a process holding the clock's baton)."""
-
-    def __init__(self, clock: VirtualClock, workers: dict[tuple[str, int], InstanceWorker]) -> None:
-        super().__init__(logging.INFO)
-        self.clock = clock
-        self.workers = workers  # by (job id, attempt): the replay's own map, read as lines come
-        self._saved: tuple[list[logging.Handler], bool, int] | None = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        worker = self.workers.get((str(getattr(record, "job_id", "")), int(getattr(record, "attempt", 0) or 0)))
-        if worker is not None:
-            worker.on_log(record, self.clock.now())
-
-    def __enter__(self) -> AgentLogbook:
-        logger = logging.getLogger(LOGGER_NAME)
-        self._saved = (list(logger.handlers), logger.propagate, logger.level)
-        logger.handlers[:] = [self]
-        logger.propagate = False
-        logger.setLevel(logging.INFO)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        logger = logging.getLogger(LOGGER_NAME)
-        assert self._saved is not None
-        logger.handlers[:], logger.propagate, level = self._saved
-        logger.setLevel(level)
-
-
-class CountingTokens:
-    """The agent's task-token port (the real Step Functions client), counting its heartbeats (its report
-    on the token is its own log line, `reported`)."""
-
-    def __init__(self, inner: StepFunctionsTaskTokens, worker: InstanceWorker) -> None:
-        self.inner = inner
-        self.worker = worker
-
-    def heartbeat(self, task_token: str) -> bool:
-        self.worker.heartbeats += 1
-        self.worker.last_heartbeat = self.worker.host.now()
-        self.worker.first_heartbeat = self.worker.first_heartbeat or self.worker.last_heartbeat
-        return self.inner.heartbeat(task_token)
-
-    def succeed(self, task_token: str, output: dict[str, Any]) -> bool:
-        return self.inner.succeed(task_token, output)
-
-    def fail(self, task_token: str, error: str, cause: str) -> bool:
-        return self.inner.fail(task_token, error, cause)
 
 
 # --- the instance ------------------------------------------------------------------------------------
@@ -595,3 +436,19 @@ class InstanceWorker:
                 }
             )
         return lines
+
+
+__all__ = [
+    "BOOT",
+    "IMDS_SPELL_GAP",
+    "NOTICE",
+    "TERMINATED_AFTER",
+    "AgentEvent",
+    "AgentLogbook",
+    "CountingTokens",
+    "Gone",
+    "InstanceWorker",
+    "Life",
+    "MortalClock",
+    "WorkerHost",
+]
