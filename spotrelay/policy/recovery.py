@@ -170,6 +170,19 @@ def _restart_same_code(event: AttemptEnded) -> Relaunch:
     return Relaunch(reason=f"job exited with code {event.exit_code}: restart", counts_restart=True)
 
 
+def _before_the_strategy(job: Job, event: AttemptEnded) -> NextAction | None:
+    """What every strategy answers before its own rule: the job's limits end it, a job that failed is
+    restarted with the same code, a migration goes on; None: the strategy decides."""
+    failed = _limits(job, event)
+    if failed is not None:
+        return failed
+    if event.kind is EndKind.JOB_FAILED:
+        return _restart_same_code(event)
+    if event.kind is EndKind.MIGRATED:
+        return _migrated(event)
+    return None
+
+
 class EagerNextPool:
     """Block the pool just lost for `recovery.block_minutes` and take the next best one now; a job whose
     last placement had no other spot pool is not blocked from its only one (module docstring)."""
@@ -177,13 +190,9 @@ class EagerNextPool:
     name = RecoveryStrategyName.EAGER_NEXT_POOL
 
     def decide(self, job: Job, attempts: Sequence[Attempt], event: AttemptEnded) -> NextAction:
-        failed = _limits(job, event)
-        if failed is not None:
-            return failed
-        if event.kind is EndKind.JOB_FAILED:
-            return _restart_same_code(event)
-        if event.kind is EndKind.MIGRATED:
-            return _migrated(event)
+        common = _before_the_strategy(job, event)
+        if common is not None:
+            return common
         if not has_other_spot_pool(job, event.pool):
             return _only_pool(event)
         return Relaunch(
@@ -200,13 +209,9 @@ class SamePoolFirst:
     name = RecoveryStrategyName.SAME_POOL_FIRST
 
     def decide(self, job: Job, attempts: Sequence[Attempt], event: AttemptEnded) -> NextAction:
-        failed = _limits(job, event)
-        if failed is not None:
-            return failed
-        if event.kind is EndKind.JOB_FAILED:
-            return _restart_same_code(event)
-        if event.kind is EndKind.MIGRATED:
-            return _migrated(event)
+        common = _before_the_strategy(job, event)
+        if common is not None:
+            return common
         earlier = [a for a in attempts if a.attempt < event.attempt]
         previous = max(earlier, key=lambda a: a.attempt, default=None)
         lost_here_before = (
