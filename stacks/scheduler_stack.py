@@ -177,7 +177,7 @@ class SchedulerStack(Stack):
         CfnOutput(self, "BucketName", value=self.storage.bucket.bucket_name, description="Checkpoints and the agent")
         CfnOutput(self, "StateMachineArn", value=self.lifecycle.state_machine.state_machine_arn)
         CfnOutput(self, "LaunchTemplateId", value=self.worker.launch_template_id)
-        # What the user commands need (spotrelay/aws/stack.py): submit wakes the dispatcher, cancel and resume
+        # What the user commands need (spotrelay/aws/deployed_stack.py): submit wakes the dispatcher, cancel and resume
         # invoke their functions, logs reads the agent log group
         CfnOutput(self, "DispatcherFunctionName", value=functions["dispatcher"].function_name)
         CfnOutput(self, "CancelFunctionName", value=functions["cancel"].function_name)

@@ -9,7 +9,7 @@ and rebalance checkpoints), `output` (the job's lines forwarded) and `settings`;
 order of the writes: data, manifest, pointer), `confined` (a package: the job's checkpoint dir read and
 written as root without following what the job planted there), `runner` and `supervise` (the job's process),
 `state` (the state file that survives a restart), `logs`, `bench` (`python -m spotrelay.agent.bench`),
-`ports` (what the agent needs of AWS, as Protocols). The AWS side is `spotrelay.aws.checkpoints`,
+`ports` (what the agent needs of AWS, as Protocols). The AWS side is `spotrelay.aws.checkpoint_storage`,
 `spotrelay.aws.store` and `spotrelay.aws.task_tokens`, wired in by `main` and `bench` only.
 
 This package's top level stays free of boto3 and pydantic imports: `python -m

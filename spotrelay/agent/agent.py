@@ -51,8 +51,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from spotrelay.agent.background import BackgroundCheckpoints
+from spotrelay.agent.checkpoint_contents import tail_lines
 from spotrelay.agent.checkpointer import Checkpointer, CheckpointerState, CheckpointResult, CheckpointTampered
-from spotrelay.agent.checkpoints import tail_lines
 from spotrelay.agent.confined import RestoreIncomplete
 from spotrelay.agent.handover import HANDOVER_SAVE_SLACK_SECONDS, DeferredHandover, MigrationHandover
 from spotrelay.agent.heartbeat import (

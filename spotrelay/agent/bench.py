@@ -241,7 +241,7 @@ def main() -> None:
     import boto3
 
     from spotrelay.agent.logs import configure_json_logging
-    from spotrelay.aws.checkpoints import S3CheckpointStorage
+    from spotrelay.aws.checkpoint_storage import S3CheckpointStorage
     from spotrelay.aws.store import DynamoJobStore
 
     for name, value in {

@@ -1,7 +1,7 @@
 """Taking and restoring checkpoints: the order of the writes is the integrity.
 
 Take (`Checkpointer.take`):
-1. scan the dir, hash what changed, plan (`spotrelay.agent.checkpoints`); skip a periodic
+1. scan the dir, hash what changed, plan (`spotrelay.agent.checkpoint_contents`); skip a periodic
    checkpoint when nothing changed;
 2. reserve the sequence number `seq` (saved before anything is uploaded: never reused);
 3. upload the changed files to `<prefix>data/...` (parallel, multipart), copy aged references;
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from spotrelay.agent.checkpoints import (
+from spotrelay.agent.checkpoint_contents import (
     DEFAULT_REFRESH_AFTER,
     STAGING_PREFIX,
     FileAction,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spotrelay.agent.background import BackgroundCheckpoints
-from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME, scan_checkpoint_dir
+from spotrelay.agent.checkpoint_contents import PROGRESS_FILE_NAME, scan_checkpoint_dir
 from spotrelay.agent.ports import AgentStore
 from spotrelay.agent.settings import AgentSettings
 from spotrelay.models import Attempt, JobSpec

@@ -228,7 +228,7 @@ def _run(
     config: Config,
     job_user: JobUser | None,
 ) -> int:
-    from spotrelay.aws.checkpoints import S3CheckpointStorage
+    from spotrelay.aws.checkpoint_storage import S3CheckpointStorage
     from spotrelay.aws.store import DynamoJobStore
     from spotrelay.aws.task_tokens import StepFunctionsTaskTokens
 

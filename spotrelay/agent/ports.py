@@ -1,6 +1,6 @@
 """The worker agent's ports: what it needs of the job table, the checkpoint bucket, the Run task's token
 and the instance metadata, as Protocols (the control plane's are `spotrelay.control.ports`). The AWS
-adapters implement them (`spotrelay.aws.store`, `spotrelay.aws.checkpoints`, `spotrelay.aws.task_tokens`,
+adapters implement them (`spotrelay.aws.store`, `spotrelay.aws.checkpoint_storage`, `spotrelay.aws.task_tokens`,
 `spotrelay.agent.imds`); the agent's modules import only this, never the adapters, which `spotrelay.agent.
 main` wires in. The storage errors the adapters raise are here too, for the agent to catch.
 """
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class CheckpointStorage(Protocol):
-    """The checkpoint bucket (`spotrelay.aws.checkpoints.S3CheckpointStorage`)."""
+    """The checkpoint bucket (`spotrelay.aws.checkpoint_storage.S3CheckpointStorage`)."""
 
     def upload(self, items: Sequence[tuple[Path, str]], cancel: ClockEvent | None = None) -> list[str]: ...
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from spotrelay.agent.checkpoint_contents import DEFAULT_REFRESH_AFTER
 from spotrelay.agent.checkpointer import CheckpointResult
-from spotrelay.agent.checkpoints import DEFAULT_REFRESH_AFTER
 from spotrelay.agent.runner import JobUser
 from spotrelay.agent.state import DEFAULT_STATE_DIR, Outcome
 

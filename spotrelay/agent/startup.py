@@ -32,8 +32,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+from spotrelay.agent.checkpoint_contents import PROGRESS_FILE_NAME
 from spotrelay.agent.checkpointer import Checkpointer
-from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME
 from spotrelay.agent.confined import ConfinedDir, open_directory
 from spotrelay.agent.logs import JobLogger
 from spotrelay.agent.ports import AgentStore, CheckpointIntegrityError, CheckpointStorage

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ERROR_ATTRIBUTE = "spotrelay-error"
-SUBMISSION_ATTRIBUTE = "spotrelay-submission-id"  # sent by `spotrelay submit` (spotrelay/aws/stack.py)
+SUBMISSION_ATTRIBUTE = "spotrelay-submission-id"  # sent by `spotrelay submit` (spotrelay/aws/deployed_stack.py)
 MAX_MESSAGE_BYTES = 262_144  # body + attribute names, types and values (the classic SQS limit)
 MAX_REASON_BYTES = 4_096  # enough to say what was wrong; the rest is in the logs
 MAX_RECEIVE_PER_CALL = 10

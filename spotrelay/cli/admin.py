@@ -4,7 +4,7 @@ because they did not read back (spotrelay.aws.store), and the way back once one 
 runbook; spotrelay.aws.recovery, which a replay's `operator:` steps call too).
 
 Registered by spotrelay.cli.app as the `admin` group; the stack is found as by the job commands
-(spotrelay.cli.jobs). boto3 is imported when one runs.
+(spotrelay.cli.job_commands). boto3 is imported when one runs.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from rich import box
 from rich.table import Column, Table
 
 from spotrelay.cli.console import err, out, tables
-from spotrelay.cli.jobs import EndpointOption, JobIdArgument, JsonOption, RegionOption, StackOption, on_stack
+from spotrelay.cli.job_commands import EndpointOption, JobIdArgument, JsonOption, RegionOption, StackOption, on_stack
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from spotrelay.aws.stack import JobsClient
+    from spotrelay.aws.deployed_stack import JobsClient
     from spotrelay.aws.store import DynamoJobStore, Release
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ def _on_table(client: JobsClient, what: str, use: Callable[[DynamoJobStore], T])
     """`use` the stack's table; an AWS error is a StackError (the command's one-line error)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from spotrelay.aws.stack import StackError
+    from spotrelay.aws.deployed_stack import StackError
 
     store = client.store
     try:
@@ -107,7 +107,7 @@ def release_command(
     (exit status 1). Use the spotrelay version the stack runs: "reads back"
     means as this version reads it.
     """
-    from spotrelay.aws.stack import USAGE, StackError
+    from spotrelay.aws.deployed_stack import USAGE, StackError
     from spotrelay.control.ports import ConflictError, NotFoundError
 
     def release(store: DynamoJobStore) -> Release:
@@ -131,7 +131,7 @@ def release_command(
 
 def _when(value: str, option: str) -> datetime:
     """An ISO 8601 time with its zone (2026-11-30T00:30:00Z) -> an aware datetime; else the one-line error."""
-    from spotrelay.aws.stack import USAGE
+    from spotrelay.aws.deployed_stack import USAGE
     from spotrelay.cli.console import fail
 
     try:
@@ -161,7 +161,7 @@ def redrive_command(
     from botocore.exceptions import BotoCoreError, ClientError
 
     from spotrelay.aws import recovery
-    from spotrelay.aws.stack import StackError
+    from spotrelay.aws.deployed_stack import StackError
     from spotrelay.config import EVENT_TARGET_DLQ_OUTPUT
 
     def run(client: JobsClient) -> list[recovery.Redrive]:
@@ -223,7 +223,7 @@ def replay_archive_command(
     from botocore.exceptions import BotoCoreError, ClientError
 
     from spotrelay.aws import recovery
-    from spotrelay.aws.stack import USAGE, StackError
+    from spotrelay.aws.deployed_stack import USAGE, StackError
 
     window = (_when(start, "--from"), _when(end, "--to"))
 

@@ -22,7 +22,7 @@ from spotrelay.models.billing import SeriesKey, cost_so_far, price_windows, seri
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
-    from spotrelay.aws.stack import JobStatus
+    from spotrelay.aws.deployed_stack import JobStatus
 
 # `Compute.spot_price_history`: a pool's spot prices over [start, end], oldest first
 PriceHistoryReader = Callable[[Pool, datetime, datetime], list[PriceQuote]]

@@ -1,7 +1,7 @@
 """`spotrelay cancel / resume`: act on each job given, a line (or a JSON line) per job, one that fails not
 stopping the others.
 
-Siblings: spotrelay.cli.job_common (the options, the stack's client); spotrelay.cli.jobs has the overview.
+Siblings: spotrelay.cli.job_common (the options, the stack's client); spotrelay.cli.job_commands has the overview.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def for_each_job(
     """`act` on each job once, in the order given, a line per job (a JSON line with --json); one that fails
     does not stop the others. An answer with `refused` (resume's) is an error line with the reason. The exit
     status: 2 if a job id is wrong (or no such job), else 1 if AWS failed or refused for one, else 0."""
-    from spotrelay.aws.stack import USAGE, StackError
+    from spotrelay.aws.deployed_stack import USAGE, StackError
 
     code = 0
     for job_id in dict.fromkeys(job_ids):

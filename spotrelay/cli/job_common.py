@@ -1,5 +1,5 @@
-"""What the job commands share (spotrelay.cli.jobs has the overview): their options (--stack, --region,
---endpoint-url, --json, the job id), the clock they count on, the stack's client (spotrelay.aws.stack) and its
+"""What the job commands share (spotrelay.cli.job_commands has the overview): their options (--stack, --region,
+--endpoint-url, --json, the job id), the clock they count on, the stack's client (spotrelay.aws.deployed_stack) and its
 one-line errors, the spot prices in effect that a cost counts, and the JSON lines and times they print.
 
 The commands themselves: spotrelay.cli.job_submit, job_status, job_list, job_logs, job_cost_report, job_wait,
@@ -22,7 +22,7 @@ from spotrelay.clock import SYSTEM_CLOCK, WaitingClock
 from spotrelay.models.billing import needs_prices
 
 if TYPE_CHECKING:
-    from spotrelay.aws.stack import JobsClient, JobStatus
+    from spotrelay.aws.deployed_stack import JobsClient, JobStatus
 
 T = TypeVar("T")
 
@@ -57,7 +57,7 @@ def utc_now() -> datetime:
 
 
 def connect(stack: str, region: str | None, endpoint_url: str | None) -> JobsClient:
-    from spotrelay.aws.stack import JobsClient, StackError
+    from spotrelay.aws.deployed_stack import JobsClient, StackError
 
     try:
         return JobsClient.connect(stack, region=region, endpoint_url=endpoint_url)
@@ -72,7 +72,7 @@ def on_stack(stack: str, region: str | None, endpoint_url: str | None, use: Call
 
 def on_client(client: JobsClient, use: Callable[[JobsClient], T]) -> T:
     """`use` the client; a StackError is the command's one-line error and exit status."""
-    from spotrelay.aws.stack import StackError
+    from spotrelay.aws.deployed_stack import StackError
 
     try:
         return use(client)

@@ -3,7 +3,7 @@ figures are spotrelay.cli.costs'), as a table or as JSON; the estimate's note an
 and `status` print too.
 
 Siblings: spotrelay.cli.job_list, spotrelay.cli.job_status, spotrelay.cli.job_common (the options, the stack's
-client, the prices in effect); spotrelay.cli.jobs has the overview.
+client, the prices in effect); spotrelay.cli.job_commands has the overview.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ by --state and --tag, as a table or as JSON rows.
 
 Siblings: spotrelay.cli.job_status (`progress`, as `status` shows it), spotrelay.cli.job_cost_report (the
 estimate's note, as `cost` prints it), spotrelay.cli.job_common (the options, the stack's client, the clock);
-spotrelay.cli.jobs has the overview.
+spotrelay.cli.job_commands has the overview.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from spotrelay.cli.job_status import progress
 from spotrelay.models import JobState, Market, Pool
 
 if TYPE_CHECKING:
-    from spotrelay.aws.stack import JobStatus
+    from spotrelay.aws.deployed_stack import JobStatus
     from spotrelay.models import Job
 
 

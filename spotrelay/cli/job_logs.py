@@ -1,7 +1,7 @@
 """`spotrelay logs` (and `--follow`): a job's output and its agents' lines from CloudWatch Logs, in time order
 across its attempts, followed until the job ends and its agent's last batch is in.
 
-Siblings: spotrelay.cli.job_common (the options, the stack's client, the clock); spotrelay.cli.jobs has the
+Siblings: spotrelay.cli.job_common (the options, the stack's client, the clock); spotrelay.cli.job_commands has the
 overview.
 """
 
@@ -25,7 +25,7 @@ from spotrelay.cli.job_common import (
 )
 
 if TYPE_CHECKING:
-    from spotrelay.aws.stack import LogLine
+    from spotrelay.aws.deployed_stack import LogLine
 
 # How often `logs --follow` asks for new lines (the agent sends a batch every 5 s, spotrelay.agent.logs).
 FOLLOW_POLL_SECONDS = 2.0
@@ -51,7 +51,7 @@ def logs_command(
     """The job's output and its agents' lines (checkpoints, notices, outcome), from CloudWatch Logs, in
     time order across its attempts; the job's own lines are printed as it wrote them."""
     from spotrelay.agent.logs import AGENT_DONE
-    from spotrelay.aws.stack import USAGE, StackError
+    from spotrelay.aws.deployed_stack import USAGE, StackError
     from spotrelay.market import parse_duration
 
     try:

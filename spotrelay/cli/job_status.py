@@ -4,7 +4,7 @@ every read of `wait`'s polling (spotrelay.cli.job_wait) until the job ends.
 
 Siblings: spotrelay.cli.job_list (`ls`, which shows `progress` as here), spotrelay.cli.job_cost_report (`cost`,
 whose share saved the cost line shows), spotrelay.cli.job_common (the options, the stack's client, the clock);
-spotrelay.cli.jobs has the overview.
+spotrelay.cli.job_commands has the overview.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from spotrelay.cli.job_wait import wait_for_jobs
 from spotrelay.models import JobState, Market, Pool, PriceQuote
 
 if TYPE_CHECKING:
-    from spotrelay.aws.stack import JobsClient, JobStatus
+    from spotrelay.aws.deployed_stack import JobsClient, JobStatus
     from spotrelay.models import Job
 
 # How often `status --watch` reads the job (a GetItem and a Query): the figures on screen move by the second,
@@ -141,7 +141,7 @@ def watch_status(
     """`status` shown at every read of `wait_for_jobs` on the one job, until it ends: `wait`'s polling (its
     clock, its retries of a failed read) and `wait`'s exit status. Redrawn in place on a terminal (rich
     Live), printed again otherwise, a JSON line a read with `as_json`."""
-    from spotrelay.aws.stack import StackError
+    from spotrelay.aws.deployed_stack import StackError
 
     readers: list[PriceHistoryReader] = []  # one EC2 client for the watch, made when a price is needed
 

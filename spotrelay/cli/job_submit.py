@@ -1,7 +1,7 @@
 """`spotrelay submit`: check a job file (or a spec piped to stdin), send it to the stack's job queue and print
 the job's id; with --wait, then wait for the job as `spotrelay wait` does (spotrelay.cli.job_wait).
 
-Siblings: spotrelay.cli.job_common (the options, the stack's client); spotrelay.cli.jobs has the overview.
+Siblings: spotrelay.cli.job_common (the options, the stack's client); spotrelay.cli.job_commands has the overview.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 ends; the polling (`wait_for_jobs`) is `submit --wait`'s (spotrelay.cli.job_submit) and `status --watch`'s
 (spotrelay.cli.job_status) too.
 
-Siblings: spotrelay.cli.job_common (the options, the stack's client, the clock); spotrelay.cli.jobs has the
+Siblings: spotrelay.cli.job_common (the options, the stack's client, the clock); spotrelay.cli.job_commands has the
 overview.
 """
 
@@ -28,7 +28,7 @@ from spotrelay.clock import WaitingClock
 from spotrelay.models import JobState
 
 if TYPE_CHECKING:
-    from spotrelay.aws.stack import JobsClient
+    from spotrelay.aws.deployed_stack import JobsClient
     from spotrelay.models import Job
 
 # How often `wait` reads its jobs' records (a GetItem each): a job's state changes over minutes, and a few
@@ -114,7 +114,7 @@ def wait_for_jobs(
     for. `read_job` answers None for a job not recorded yet. A StackError of the user's input (USAGE) ends
     the wait at once; one of AWS's, after WAIT_MAX_FAILURES polls in a row failed (a long wait outlives a
     throttle)."""
-    from spotrelay.aws.stack import USAGE, StackError
+    from spotrelay.aws.deployed_stack import USAGE, StackError
 
     deadline = None if timeout_seconds is None else clock.monotonic() + timeout_seconds
     last: dict[str, Job | None] = dict.fromkeys(job_ids)  # each once, in the order given
@@ -159,7 +159,7 @@ def wait_and_report(
 ) -> int:
     """`wait_for_jobs` on the stack, a line per job as it ends and one per job the timeout left: the exit
     status (0: all SUCCEEDED). The jobs of `unrecorded` were just sent: no record yet is the queue's delay."""
-    from spotrelay.aws.stack import JobNotFound, StackError
+    from spotrelay.aws.deployed_stack import JobNotFound, StackError
 
     def read_job(job_id: str) -> Job | None:
         try:

@@ -25,7 +25,7 @@ from rich.table import Table
 from spotrelay.catalog import INSTANCE_TYPES, REFERENCE_GPU
 from spotrelay.cli.console import fail, out, tables
 from spotrelay.cli.costs import command_ec2_client
-from spotrelay.cli.jobs import EndpointOption, JsonOption, RegionOption, utc_now
+from spotrelay.cli.job_commands import EndpointOption, JsonOption, RegionOption, utc_now
 from spotrelay.models import JobSpec, JobSpecError, Pool, PriceQuote, load_job_spec, parse_job_spec
 from spotrelay.policy import InterruptionModel, Placement, place
 

@@ -64,7 +64,7 @@ from pathlib import Path
 
 from moto.moto_api._internal import mock_random
 
-from spotrelay.aws.checkpoints import S3CheckpointStorage
+from spotrelay.aws.checkpoint_storage import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.task_tokens import StepFunctionsTaskTokens
 from spotrelay.config import (

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from spotrelay.aws.checkpoints import S3CheckpointStorage
+from spotrelay.aws.checkpoint_storage import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.task_tokens import StepFunctionsTaskTokens
 from spotrelay.local.chaos import Chaos

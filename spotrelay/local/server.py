@@ -24,7 +24,7 @@ from typing import Any
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
-from spotrelay.aws.stack import DEFAULT_STACK
+from spotrelay.aws.deployed_stack import DEFAULT_STACK
 from spotrelay.config import ENV_HEARTBEAT_SECONDS, SCHEDULE_MINUTES
 from spotrelay.local.clock import WallClock
 from spotrelay.local.deploy import LocalStack

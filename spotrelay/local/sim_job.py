@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME
+from spotrelay.agent.checkpoint_contents import PROGRESS_FILE_NAME
 from spotrelay.agent.runner import ENV_CHECKPOINT_DIR, ENV_PROGRESS_FILE, ENV_RESUMED, KILLED_EXIT_CODE, JobProcess
 from spotrelay.clock import ClockThread, WaitingClock
 

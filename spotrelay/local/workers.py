@@ -46,7 +46,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from spotrelay.agent.agent import CLOSED_FIRST, CLOSED_FIRST_KEPT, REPORTED, Agent, AgentError, AgentSettings
 from spotrelay.agent.imds import ImdsClient
 from spotrelay.agent.main import wait_for_credentials
-from spotrelay.aws.checkpoints import S3CheckpointStorage
+from spotrelay.aws.checkpoint_storage import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.task_tokens import StepFunctionsTaskTokens
 from spotrelay.catalog import INSTANCE_TYPES, relative_speed

@@ -34,7 +34,7 @@ class DocumentLimits:
 
 # A job spec is about 1 KiB, 3 levels deep and a few dozen nodes (events/jobs/resnet50.yaml: 693 bytes,
 # depth 3); a job with a hundred environment variables and tags is still under 1,000 nodes, and the queue
-# takes at most 256 KiB (spotrelay.aws.stack). Far above a real spec, and where PyYAML (pure Python, about
+# takes at most 256 KiB (spotrelay.aws.deployed_stack). Far above a real spec, and where PyYAML (pure Python, about
 # 10,000 nodes a second) stops within a second: a 300-byte YAML "billion laughs" expands to 10^9 nodes.
 JOB_SPEC_LIMITS = DocumentLimits(max_bytes=1024 * 1024, max_depth=32, max_nodes=10_000)
 MAX_INTEGER_DIGITS = 100  # no field of a spec or a scenario needs more

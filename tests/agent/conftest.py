@@ -29,7 +29,7 @@ from spotrelay.agent.checkpointer import Checkpointer
 from spotrelay.agent.imds import ImdsClient
 from spotrelay.agent.logs import LOGGER_NAME, configure_json_logging
 from spotrelay.agent.ports import AgentStore
-from spotrelay.aws.checkpoints import S3CheckpointStorage
+from spotrelay.aws.checkpoint_storage import S3CheckpointStorage
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.aws.task_tokens import StepFunctionsTaskTokens
 from spotrelay.clock import SYSTEM_CLOCK

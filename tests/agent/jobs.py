@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
-from spotrelay.agent.checkpoints import sha256_of
+from spotrelay.agent.checkpoint_contents import sha256_of
 from spotrelay.agent.runner import (
     ENV_ATTEMPT,
     ENV_CHECKPOINT_DIR,

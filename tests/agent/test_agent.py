@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from waiting import POLLING, eventually
 
-from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME, sha256_of
+from spotrelay.agent.checkpoint_contents import PROGRESS_FILE_NAME, sha256_of
 from spotrelay.agent.runner import KILLED_EXIT_CODE
 
 from .conftest import JOB_ID, Records, VirtualWorld, job_spec

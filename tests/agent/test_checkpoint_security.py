@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from spotrelay.agent import checkpointer as checkpointer_module
+from spotrelay.agent.checkpoint_contents import scan_checkpoint_dir
 from spotrelay.agent.checkpointer import CheckpointTampered
-from spotrelay.agent.checkpoints import scan_checkpoint_dir
 from spotrelay.agent.confined import HAS_FD_PATHS, RestoreIncomplete
 from spotrelay.models import CheckpointManifest
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from spotrelay.agent.checkpoint_contents import sha256_of
 from spotrelay.agent.checkpointer import CheckpointCancelled, Checkpointer, CheckpointUnstable
-from spotrelay.agent.checkpoints import sha256_of
 from spotrelay.agent.ports import CheckpointIntegrityError
 from spotrelay.control.ports import CheckpointPointer
 from spotrelay.models import CheckpointManifest

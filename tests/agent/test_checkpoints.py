@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from spotrelay.agent.checkpoints import (
+from spotrelay.agent.checkpoint_contents import (
     PROGRESS_FILE_NAME,
     STAGING_PREFIX,
     FileAction,

@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from spotrelay.agent.agent import HANDOVER_SAVE_SLACK_SECONDS, AgentError
-from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME, sha256_of
+from spotrelay.agent.checkpoint_contents import PROGRESS_FILE_NAME, sha256_of
 from spotrelay.agent.runner import KILLED_EXIT_CODE
 from spotrelay.aws.store import DynamoJobStore
 from spotrelay.config import ERROR_MIGRATING, ERROR_SPOT_INTERRUPTED

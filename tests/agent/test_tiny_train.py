@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from waiting import POLLING, eventually
 
-from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME
+from spotrelay.agent.checkpoint_contents import PROGRESS_FILE_NAME
 from spotrelay.agent.runner import (
     ENV_CHECKPOINT_DIR,
     ENV_RESUMED,

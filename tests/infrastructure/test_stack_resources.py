@@ -261,7 +261,7 @@ def test_dashboard_and_outputs_exist(synthesized: Synthesized) -> None:
     assert render(outputs["StateMachineArn"]["Value"]) == (
         f"<{synthesized.logical_id(synthesized.stack.lifecycle.state_machine)}>"
     )
-    # what `spotrelay submit`, `spotrelay cancel` and `spotrelay resume` invoke (spotrelay/aws/stack.py reads
+    # what `spotrelay submit`, `spotrelay cancel` and `spotrelay resume` invoke (spotrelay/aws/deployed_stack.py reads
     # these keys)
     functions = synthesized.stack.functions.functions
     invoked = (

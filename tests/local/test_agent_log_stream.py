@@ -4,7 +4,7 @@ instance its job's credentials, and those credentials are what the agent ships i
 
 from __future__ import annotations
 
-from spotrelay.aws.stack import AGENT_LOG_GROUP
+from spotrelay.aws.deployed_stack import AGENT_LOG_GROUP
 from spotrelay.config import TAG_JOB_ID
 from spotrelay.control.vend import attempt_log_stream
 from spotrelay.local import LocalRuntime, VirtualClock

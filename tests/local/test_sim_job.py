@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from spotrelay.agent.checkpoints import PROGRESS_FILE_NAME, read_progress
+from spotrelay.agent.checkpoint_contents import PROGRESS_FILE_NAME, read_progress
 from spotrelay.agent.runner import ENV_CHECKPOINT_DIR, ENV_PROGRESS_FILE, ENV_RESUMED, KILLED_EXIT_CODE
 from spotrelay.local.clock import VirtualClock
 from spotrelay.local.sim_job import STATE_FILE, JobBehaviour, SimulatedJob, SimulatedJobRunner

@@ -1,4 +1,4 @@
-"""spotrelay.aws.stack without AWS: an older deployment, a refused wake-up, a record of another version."""
+"""spotrelay.aws.deployed_stack without AWS: an older deployment, a refused wake-up, a record of another version."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
+from spotrelay.aws.deployed_stack import USAGE, DeployedStack, JobsClient, JobStatus, StackError, deployed_stack
 from spotrelay.aws.queue import SUBMISSION_ATTRIBUTE
-from spotrelay.aws.stack import USAGE, DeployedStack, JobsClient, JobStatus, StackError, deployed_stack
 from spotrelay.cli import app
 from spotrelay.control.dispatcher import job_id_for
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, Pool, parse_job_spec
@@ -340,7 +340,7 @@ def test_log_lines_of_overlapping_attempts_come_in_time_order_from_cloudwatch() 
 
 
 def test_status_of_a_live_job_says_why_it_left_its_last_attempt() -> None:
-    from spotrelay.cli.jobs import describe_status
+    from spotrelay.cli.job_commands import describe_status
 
     now = datetime(2026, 11, 30, 13, tzinfo=UTC)
     cause = "HeartbeatTimeout in g4dn.xlarge in us-east-1a (spot): block it, take the next best pool"
@@ -363,7 +363,7 @@ def test_status_of_a_live_job_says_why_it_left_its_last_attempt() -> None:
 
 
 def test_status_of_a_job_waiting_on_ec2_throttling_says_it_fails_with_no_capacity_not_on_demand() -> None:
-    from spotrelay.cli.jobs import describe_status
+    from spotrelay.cli.job_commands import describe_status
     from spotrelay.control.decisions import THROTTLED_NOTE
 
     # Given a job with on-demand fallback (which a capacity wait would take) waiting because EC2 throttles
@@ -423,7 +423,7 @@ def test_status_of_a_job_waiting_on_ec2_throttling_says_it_fails_with_no_capacit
 def test_status_of_a_waiting_job_says_what_happens_when_its_patience_runs_out(
     update: dict[str, Any], families: tuple[str, ...] | None, then: str
 ) -> None:
-    from spotrelay.cli.jobs import describe_status
+    from spotrelay.cli.job_commands import describe_status
 
     # Given a waiting job with a deadline (or not), a price cap, and the stack's GPU families (or not known)
     now = datetime(2026, 11, 30, 13, tzinfo=UTC)

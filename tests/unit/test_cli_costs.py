@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from spotrelay.aws.stack import JobStatus
+from spotrelay.aws.deployed_stack import JobStatus
 from spotrelay.cli.costs import PriceHistories, job_cost, read_price_histories, spot_price_now
-from spotrelay.cli.jobs import describe_status
+from spotrelay.cli.job_commands import describe_status
 from spotrelay.models import Attempt, AttemptOutcome, Job, Market, Pool, PriceQuote, parse_job_spec
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)

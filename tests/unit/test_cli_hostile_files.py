@@ -11,7 +11,7 @@ import pytest
 from test_aws_stack import Queue
 from typer.testing import CliRunner, Result
 
-from spotrelay.aws.stack import SQS_MESSAGE_MAX_BYTES, JobsClient, deployed_stack
+from spotrelay.aws.deployed_stack import SQS_MESSAGE_MAX_BYTES, JobsClient, deployed_stack
 from spotrelay.cli import app, job_submit
 
 MINIMAL = "name: train\nrun: {command: python train.py}\nresources: {gpus: 1}\n"

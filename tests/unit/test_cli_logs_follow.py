@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from spotrelay.aws.stack import UNAVAILABLE, LogLine, StackError
-from spotrelay.cli import app, job_logs, jobs
+from spotrelay.aws.deployed_stack import UNAVAILABLE, LogLine, StackError
+from spotrelay.cli import app, job_logs
 from spotrelay.models import JobState
 
 STREAM_1, STREAM_2 = "train-1/00001", "train-1/00002"
@@ -108,8 +108,9 @@ def test_a_job_cancelled_under_its_agent_is_followed_for_a_while_then_left(
     # Then it gives up FOLLOW_END_WAIT_SECONDS after the end, not before and not never
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["epoch 7"]
-    waited = clock[0] - jobs.FOLLOW_POLL_SECONDS  # the first poll saw it running
-    assert jobs.FOLLOW_END_WAIT_SECONDS < waited <= jobs.FOLLOW_END_WAIT_SECONDS + 2 * jobs.FOLLOW_POLL_SECONDS
+    waited = clock[0] - job_logs.FOLLOW_POLL_SECONDS  # the first poll saw it running
+    end_wait, poll = job_logs.FOLLOW_END_WAIT_SECONDS, job_logs.FOLLOW_POLL_SECONDS
+    assert end_wait < waited <= end_wait + 2 * poll
 
 
 def test_a_follow_survives_a_throttle_and_prints_nothing_twice(
@@ -135,14 +136,14 @@ def test_a_follow_survives_a_throttle_and_prints_nothing_twice(
 def test_a_follow_gives_up_after_failures_in_a_row(monkeypatch: pytest.MonkeyPatch, clock: list[float]) -> None:
     refused = StackError("cannot read job train-1: AccessDeniedException: no", UNAVAILABLE)
     stack = ScriptedStack(
-        states=[JobState.RUNNING] * (jobs.FOLLOW_MAX_FAILURES + 1),
+        states=[JobState.RUNNING] * (job_logs.FOLLOW_MAX_FAILURES + 1),
         shipped=[[]],
-        errors=dict.fromkeys(range(jobs.FOLLOW_MAX_FAILURES), refused),
+        errors=dict.fromkeys(range(job_logs.FOLLOW_MAX_FAILURES), refused),
     )
     result = follow(monkeypatch, stack)
     assert result.exit_code == UNAVAILABLE
     assert result.stderr.strip() == "error: cannot read job train-1: AccessDeniedException: no"
-    assert stack.polls == jobs.FOLLOW_MAX_FAILURES
+    assert stack.polls == job_logs.FOLLOW_MAX_FAILURES
 
 
 def test_an_agent_restarted_during_the_attempt_does_not_end_the_follow_early(

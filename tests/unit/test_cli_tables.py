@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from spotrelay.aws.stack import JobStatus
-from spotrelay.cli import job_list, jobs
+from spotrelay.aws.deployed_stack import JobStatus
+from spotrelay.cli import job_list, job_status
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, Pool, parse_job_spec
 
 NOW = datetime(2026, 11, 30, 13, tzinfo=UTC)
@@ -51,7 +51,7 @@ def test_ls_keeps_ids_names_states_pools_and_costs_whole_at_80_columns(monkeypat
     monkeypatch.setattr(job_list, "on_stack", lambda *args: listed)
     monkeypatch.setattr(job_list, "utc_now", lambda: NOW + timedelta(hours=1))
     # When `ls` prints them in an 80-column terminal
-    jobs.ls_command(stack="SpotRelay", region=None, endpoint_url=None, ended=False, as_json=False)
+    job_list.ls_command(stack="SpotRelay", region=None, endpoint_url=None, ended=False, as_json=False)
     # Then nothing is cut short: ids, names, states, progress, pools, costs (the live one's an estimate)
     text = console.export_text()
     assert "…" not in text
@@ -84,7 +84,7 @@ def test_the_attempts_table_keeps_pools_markets_and_times_whole_at_80_columns(mo
         ),
     ]
     job = Job(job_id=LONG_ID, spec=SPEC, state=JobState.RUNNING, submitted_at=NOW, updated_at=NOW, attempts=2)
-    console.print(jobs.attempts_table(JobStatus(job, attempts)))
+    console.print(job_status.attempts_table(JobStatus(job, attempts)))
     text = console.export_text()
     assert "…" not in text
     for whole in ("g4dn.12xlarge", "us-east-1a", "on-demand", "11-30 13:00", "LOST", "live", "0.805"):

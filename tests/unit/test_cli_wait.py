@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from spotrelay.aws.stack import UNAVAILABLE, StackError
+from spotrelay.aws.deployed_stack import UNAVAILABLE, StackError
 from spotrelay.cli import app, job_submit, job_wait
 from spotrelay.clock import ClockEvent, ClockThread
 from spotrelay.models import Job, JobState, parse_job_spec

@@ -15,7 +15,7 @@ from rich.console import Console
 from test_cli_wait import JOB_ID, NOW, SPEC, THROTTLED, ScriptedClock
 from typer.testing import CliRunner
 
-from spotrelay.aws.stack import JobStatus, StackError
+from spotrelay.aws.deployed_stack import JobStatus, StackError
 from spotrelay.cli import app, job_common, job_status, job_wait
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, Market, Pool
 

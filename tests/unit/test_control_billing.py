@@ -25,7 +25,7 @@ from control_builders import (
 )
 from fakes import FakeCompute
 
-from spotrelay.aws.stack import JobStatus
+from spotrelay.aws.deployed_stack import JobStatus
 from spotrelay.config import ORPHAN_GRACE_SECONDS
 from spotrelay.control.ec2_events import Ec2Event
 from spotrelay.control.resume import RESUME_SETTLE_SECONDS

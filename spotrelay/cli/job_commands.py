@@ -1,5 +1,5 @@
 """`spotrelay submit / status / ls / logs / cost / wait / cancel`: a user's jobs on a deployed stack
-(spotrelay.aws.stack).
+(spotrelay.aws.deployed_stack).
 
 The commands are plain functions; spotrelay.cli.app registers them. boto3 is imported when one runs.
 Each concern is a module of its own, all of it re-exported here:

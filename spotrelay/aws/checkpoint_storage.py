@@ -1,6 +1,6 @@
 """Checkpoints in S3: parallel multipart uploads and downloads, server-side copies, manifests.
 
-Layout (`spotrelay.agent.checkpoints` decides what goes where):
+Layout (`spotrelay.agent.checkpoint_contents` decides what goes where):
 
     s3://<bucket>/jobs/<job_id>/checkpoints/<attempt>-<seq>/data/<path>      the files this checkpoint uploaded
     s3://<bucket>/jobs/<job_id>/checkpoints/<attempt>-<seq>/manifest.json    written last
