@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from spotrelay.config import ERROR_JOB_FAILED
+from spotrelay.config import ERROR_INSTANCE_LOST, ERROR_JOB_FAILED, ERROR_MIGRATING, ERROR_SPOT_INTERRUPTED
 from spotrelay.control.decisions import MAX_FAILURE_REASON_CHARS
 from spotrelay.control.dispatcher import printable
 from spotrelay.policy import EndKind
@@ -28,10 +28,10 @@ MAX_EXIT_CODE = 2**31 - 1
 MAX_ERROR_NAME_CHARS = 256
 
 _ERROR_KINDS: dict[str, EndKind] = {
-    "SpotInterrupted": EndKind.SPOT_INTERRUPTED,
-    "Migrating": EndKind.MIGRATED,
-    "InstanceLost": EndKind.INSTANCE_LOST,
-    "JobFailed": EndKind.JOB_FAILED,
+    ERROR_SPOT_INTERRUPTED: EndKind.SPOT_INTERRUPTED,
+    ERROR_MIGRATING: EndKind.MIGRATED,
+    ERROR_INSTANCE_LOST: EndKind.INSTANCE_LOST,
+    ERROR_JOB_FAILED: EndKind.JOB_FAILED,
     "States.HeartbeatTimeout": EndKind.HEARTBEAT_TIMEOUT,
     "States.Timeout": EndKind.HEARTBEAT_TIMEOUT,
 }

@@ -22,20 +22,13 @@ def update_job(store: JobStore, job_id: str, change: Callable[[Job], T]) -> tupl
     `change` mutates the copy it is given and returns a result; it runs again on a fresh read when
     the write loses a race, so it must decide from the job it is given, not from earlier reads.
     """
-    for tries_left in reversed(range(MAX_WRITE_ATTEMPTS)):
-        job, version = store.get_job(job_id)
+
+    def decide(job: Job) -> tuple[Job, T]:
         copy = job.model_copy(deep=True)
-        result = change(copy)
-        if copy == job:
-            return job, result
-        try:
-            store.put_job(copy, version)
-        except ConflictError:
-            if tries_left == 0:
-                raise
-            continue
-        return copy, result
-    raise AssertionError("unreachable")
+        return copy, change(copy)
+
+    job, result, _ = _write_unless_raced(lambda: store.get_job(job_id), decide, store.put_job)
+    return job, result
 
 
 def update_attempt(
@@ -45,18 +38,38 @@ def update_attempt(
     between; (the attempt as stored, whether this call changed it). `change` returns the new attempt,
     or None (or the same) to leave it; it runs again on a fresh read when the write loses a race, so it
     must decide from the attempt it is given. NotFoundError if the attempt does not exist."""
+    attempt, _, changed = _write_unless_raced(
+        lambda: store.get_attempt_versioned(job_id, number),
+        lambda fresh: (change(fresh.model_copy(deep=True)), None),
+        store.put_attempt,
+    )
+    return attempt, changed
+
+
+R = TypeVar("R", Job, Attempt)
+
+
+def _write_unless_raced(
+    read: Callable[[], tuple[R, int]],
+    decide: Callable[[R], tuple[R | None, T]],
+    write: Callable[[R, int], object],
+) -> tuple[R, T, bool]:
+    """The optimistic write both records use: read (record, version), decide the new record (None or an
+    equal one: nothing to write) and a result, write it if the version still holds; on a lost race, all
+    again on a fresh read, MAX_WRITE_ATTEMPTS times at most (then ConflictError). (The record as stored,
+    the result, whether this call wrote it.)"""
     for tries_left in reversed(range(MAX_WRITE_ATTEMPTS)):
-        attempt, version = store.get_attempt_versioned(job_id, number)
-        changed = change(attempt.model_copy(deep=True))
-        if changed is None or changed == attempt:
-            return attempt, False
+        current, version = read()
+        new, result = decide(current)
+        if new is None or new == current:
+            return current, result, False
         try:
-            store.put_attempt(changed, version)
+            write(new, version)
         except ConflictError:
             if tries_left == 0:
                 raise
             continue
-        return changed, True
+        return new, result, True
     raise AssertionError("unreachable")
 
 

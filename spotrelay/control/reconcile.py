@@ -157,15 +157,16 @@ def reconcile(
         try:
             ref = store.get_instance_ref(instance.instance_id)
             if ref is None:
-                verdict = untracked_instance(instance.launched_at, now)
-            else:
-                attempt = store.get_attempt(ref.job_id, ref.attempt)
-                job, _ = store.get_job(ref.job_id)
-                verdict = untracked_instance(instance.launched_at, now, attempt, job)
-                if verdict.close_attempt:
-                    _close_left_open(job, attempt, store, now)
+                if untracked_instance(instance.launched_at, now).terminate:
+                    orphans.append(instance.instance_id)
+                continue
+            attempt = store.get_attempt(ref.job_id, ref.attempt)
+            job, _ = store.get_job(ref.job_id)
+            verdict = untracked_instance(instance.launched_at, now, attempt, job)
             if verdict.terminate:
-                orphans.append(instance.instance_id)
+                orphans.append(instance.instance_id)  # before the close: terminated even if that fails
+            if verdict.close_attempt:
+                _close_left_open(job, attempt, store, now)
         except UnreadableRecordError as e:  # left running: whether it runs a live job cannot be told
             unreadable.append(f"{instance.instance_id}: {e}")
     if orphans:

@@ -13,7 +13,8 @@ names the calling instance. Then:
     -> a grant: AssumeRole of JobRole for at most an hour, session name `<job>-<attempt>`, session
        tag `spotrelay-job-id`, and a session policy of `job_statements(job_id)`.
     attempt ended there, just now?     (within LOG_FLUSH_GRACE_SECONDS of its `ended_at`)
-    -> a grant of the attempt's log stream alone, for 30 minutes (LOG_FLUSH_SESSION_SECONDS).
+    -> a grant of the attempt's log stream alone, for 30 minutes (LOG_FLUSH_SESSION_SECONDS): asked
+       for up to 15 minutes after the end, the last one lasts until 45 minutes after it.
 
 The second grant is for the agent's last log lines. They go out after its report, so after the attempt
 has ended, with the job's credentials; when those were in their last 10 minutes (botocore's mandatory
@@ -59,6 +60,9 @@ LOG_FLUSH_SESSION_SECONDS = 1800
 # How long after its attempt ends an instance may still ship that attempt's lines: botocore refreshes
 # 15 minutes before expiry (its advisory window), so one refresh at the end carries the final flush
 LOG_FLUSH_GRACE_SECONDS = 900
+# An end recorded ahead of vend's clock by more than this is not "just now" (a record from a writer whose clock
+# is wrong would otherwise renew the grant for as long as it is ahead)
+LOG_FLUSH_CLOCK_SKEW_SECONDS = 60
 CHECKPOINT_PREFIX = "jobs/"
 POINTER_ATTRIBUTES = ("pk", "sk", "record", "attempt", "seq")  # what `advance_checkpoint` writes
 TASK_TOKEN_ACTIONS = ("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat")
@@ -239,7 +243,8 @@ def grant_for(
         raise VendRefused(f"attempt {ref.attempt} of job {ref.job_id} runs on {attempt.instance_id}, not {instance_id}")
     if not attempt.is_live:
         ended = attempt.ended_at
-        if ended is None or (now - ended).total_seconds() > LOG_FLUSH_GRACE_SECONDS:
+        since = None if ended is None else (now - ended).total_seconds()
+        if since is None or not -LOG_FLUSH_CLOCK_SKEW_SECONDS <= since <= LOG_FLUSH_GRACE_SECONDS:
             raise VendRefused(f"attempt {ref.attempt} of job {ref.job_id} has ended ({attempt.outcome})")
         return JobGrant(
             job_id=ref.job_id,

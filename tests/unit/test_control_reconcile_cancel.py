@@ -14,7 +14,7 @@ from fakes import FakeCompute, FakeJobStore, FunctionStopped
 from spotrelay.config import TAG_MANAGED
 from spotrelay.control.dispatcher import job_id_for
 from spotrelay.control.lifecycle import InsufficientInstanceCapacity, LaunchThrottled
-from spotrelay.control.ports import InstanceRef, InstanceState, LaunchRequest
+from spotrelay.control.ports import InstanceRef, InstanceState, LaunchRequest, UnreadableRecordError
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobSpec, JobState, Market, Pool
 
 # ============================================================================================= Reconcile
@@ -316,6 +316,27 @@ def test_reconcile_terminates_an_instance_launched_for_a_job_cancelled_during_it
     # Then the instance is terminated: nothing runs, or bills, for a CANCELLED job
     assert world.compute.instances[instance_id].state == "terminated"
     assert world.attempt().outcome is not None
+
+
+def test_reconcile_terminates_the_orphan_of_a_cancelled_job_even_when_closing_its_attempt_fails() -> None:
+    # Given the instance left running for a job cancelled during its launch (its attempt left open), and a
+    # record of the job that does not read back when reconcile totals the job again after closing it
+    world = World()
+    world.admitted()
+    world.place()
+    world.compute = UserCancelsDuringLaunch(world)
+    world.compute.fail_next["terminate"] = RuntimeError("RequestLimitExceeded")
+    with pytest.raises(RuntimeError, match="RequestLimitExceeded"):
+        world.launch()
+    instance_id = str(world.attempt().instance_id)
+    world.advance(minutes=10)
+    world.store.fail_next["attempts"] = UnreadableRecordError.problem("attempt 2 of job train-1", "pool", "garbage")
+    # When reconcile runs
+    report = world.reconcile()
+    # Then the instance is terminated all the same (not one more run, and bill, later), and the record reported
+    assert world.compute.instances[instance_id].state == "terminated"
+    assert instance_id in report.terminated_orphans
+    assert report.unreadable
 
 
 def test_reconcile_starts_the_execution_of_an_active_job_that_has_none() -> None:

@@ -110,6 +110,9 @@ def test_unrecorded_instances_and_attempts_are_not_yet() -> None:
             REF,
             _attempt(outcome=AttemptOutcome.SUCCEEDED, ended_at=NOW - timedelta(seconds=LOG_FLUSH_GRACE_SECONDS + 1)),
         ),
+        # an end recorded far ahead of vend's clock (a writer with a wrong clock): not "just now"
+        (REF, _attempt(outcome=AttemptOutcome.SUCCEEDED, ended_at=NOW + timedelta(days=365))),
+        (REF, _attempt(outcome=AttemptOutcome.SUCCEEDED, ended_at=NOW + timedelta(seconds=61))),
         # a foreign instance's attempt that ended just now: not even its log stream
         (REF, _attempt(outcome=AttemptOutcome.SUCCEEDED, ended_at=NOW, instance_id="i-0fedcba9876543210")),
         (REF, _attempt(instance_id="i-0fedcba9876543210")),  # another instance's attempt
@@ -131,7 +134,7 @@ def test_session_names_fit_sts_and_keep_the_unique_tail() -> None:
     assert name.endswith("-0123456789ab-12")
 
 
-@pytest.mark.parametrize("ended_seconds_ago", [0, 60, LOG_FLUSH_GRACE_SECONDS, -5])
+@pytest.mark.parametrize("ended_seconds_ago", [0, 60, LOG_FLUSH_GRACE_SECONDS, -5, -60])
 def test_an_attempt_that_just_ended_on_that_instance_may_still_ship_its_log_stream_only(
     ended_seconds_ago: int,
 ) -> None:
