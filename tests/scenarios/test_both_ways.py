@@ -5,14 +5,18 @@ order, with the same attempt outcomes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import yaml
+from moto import mock_aws
 
 from spotrelay.bench.policies import Spotrelay
 from spotrelay.bench.sim import BenchJob, JobContext, MarketView, simulate
+from spotrelay.config import ENV_ALLOWED_FAMILIES, ENV_SUBNETS
 from spotrelay.control.decisions import catalog_on_demand_prices, launchable_types
 from spotrelay.local.replay import replay
 from spotrelay.local.scenario import Scenario, load_scenario
@@ -21,9 +25,22 @@ from spotrelay.models import parse_job_spec
 
 from .conftest import REPO_ROOT, SCENARIOS
 
-# The synthesized stack's workers subnets (the first two zones) and GPU families (stacks/config.py defaults)
-STACK_ZONES = ("us-east-1a", "us-east-1b")
-STACK_FAMILIES = ("g4dn", "g5", "g6", "g6e", "gr6", "p4d", "p5")
+
+def stack_placement(template: Path, region: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The zones and GPU families the synthesized stack gives its Place function: its families as written,
+    its zones the first of the region's zones (`Fn::Select` of `Fn::GetAZs`, as moto answers it)."""
+    resources = json.loads(template.read_text())["Resources"]
+    (variables,) = [
+        r["Properties"]["Environment"]["Variables"]
+        for r in resources.values()
+        if r["Type"] == "AWS::Lambda::Function" and r["Properties"].get("Handler") == "functions/place.handler"
+    ]
+    selected = [part["Fn::Select"][0] for part in variables[ENV_SUBNETS]["Fn::Join"][1] if "Fn::Select" in part]
+    with mock_aws():
+        listed = boto3.client("ec2", region_name=region).describe_availability_zones()["AvailabilityZones"]
+    zones = sorted(zone["ZoneName"] for zone in listed)
+    return tuple(zones[i] for i in selected), tuple(variables[ENV_ALLOWED_FAMILIES].split(","))
+
 
 SCENARIO: dict[str, Any] = {
     "name": "both-ways",
@@ -46,20 +63,21 @@ SCENARIO: dict[str, Any] = {
 }
 
 
-def bench_attempts(scenario: Scenario) -> list[tuple[str, str, str, str | None]]:
+def bench_attempts(scenario: Scenario, template: Path) -> list[tuple[str, str, str, str | None]]:
     """The scenario's one job run by the bench's engine on the scenario's market, with the control plane's
     decisions (the `spotrelay` policy): its attempts' pools, markets and outcomes."""
     (entry,) = scenario.jobs
     assert entry.spec is not None
     data = yaml.safe_load((scenario.base_dir / entry.spec["file"]).read_text()) if "file" in entry.spec else entry.spec
     spec = parse_job_spec(data)
-    types = launchable_types(spec, STACK_FAMILIES)
+    zones, families = stack_placement(template, scenario.region)
+    types = launchable_types(spec, families)
     job = BenchJob(
         name=spec.name,
         spec=spec.model_copy(update={"work_hours": entry.work_hours or spec.work_hours}),
         submit_hours=entry.at,
         restart_overhead_hours=spec.placement.restart_overhead_hours,
-        zones=STACK_ZONES,
+        zones=zones,
         instance_types=tuple(types),
         on_demand_prices=catalog_on_demand_prices(types),
         checkpoint_on_notice=spec.checkpoint.grace_seconds > 0,
@@ -117,5 +135,5 @@ def test_the_moto_replay_and_the_bench_run_a_job_through_the_same_pools(
     # the same pools and markets, in the same order, with the same outcomes
     assert entry["state"] == "SUCCEEDED"
     assert result.violations == []
-    assert replayed == bench_attempts(scenario)
+    assert replayed == bench_attempts(scenario, synthesized_template)
     assert len(replayed) >= 2  # the market moved it
