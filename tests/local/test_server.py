@@ -4,7 +4,9 @@ in another process uses it (through the endpoint URL, not the in-process mock)."
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -20,6 +22,7 @@ from typer.testing import CliRunner
 from waiting import POLLING, Polls, eventually
 
 from spotrelay.cli import app
+from spotrelay.control.dispatcher import job_id_for
 from spotrelay.local.lambdas import REPO_ROOT
 from spotrelay.local.server import NO_WORKER_HEARTBEAT_SECONDS, describe, price_market, serve_local_stack
 from spotrelay.market import from_scenario_market
@@ -256,6 +259,60 @@ def test_local_up_runs_a_job_on_a_real_agent_resumes_it_elsewhere_after_an_inter
         again = CliRunner().invoke(app, ["local", "interrupt", "--job", job_id, "--endpoint-url", served.endpoint_url])
         assert again.exit_code == 1
         assert f"job {job_id} has no running instance" in again.output
+
+
+def test_a_job_sent_with_the_aws_cli_runs_to_success_and_status_follows_it(
+    synthesized_template: Path, events_dir: Path, tmp_path: Path
+) -> None:
+    # Given local up with workers, and the AWS CLI (v1, the `awscli` package) as the README uses it
+    aws = Path(sys.executable).parent / "aws"
+    assert aws.exists(), "the awscli package is in the dev extra (pyproject.toml)"
+    market = price_market(events_dir / "prices" / "us-east-1-example.csv", START + timedelta(hours=1))
+    with serve_local_stack(
+        port=free_port(), template=synthesized_template, market=market, quiet=True, workers=tmp_path / "instances"
+    ) as served:
+        spec = {
+            "name": "tiny-train",
+            "run": {"command": f"exec {sys.executable} {TINY_TRAIN} --epochs 3 --epoch-seconds 0.2"},
+            "resources": {"gpus": 1, "gpu_models": ["T4"]},
+            "limits": {"max_price_per_hour": 1.0},
+        }
+        job_file = tmp_path / "job.json"
+        job_file.write_text(json.dumps(spec))
+        region = served.stack.region
+        environment = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": region,
+        }
+
+        def cli(*arguments: str) -> dict[str, Any]:
+            ran = subprocess.run(
+                [str(aws), "--endpoint-url", served.endpoint_url, "--output", "json", *arguments],
+                capture_output=True,
+                text=True,
+                env=environment,
+                timeout=120,
+                check=False,
+            )
+            assert ran.returncode == 0, ran.stderr
+            return dict(json.loads(ran.stdout or "{}"))
+
+        # When the job is sent with `aws sqs send-message`, and the dispatcher woken with `aws lambda invoke`
+        # (what `spotrelay submit` does; else the 5-minute schedule admits it)
+        sent = cli("sqs", "send-message", "--queue-url", served.stack.queue_url, "--message-body", f"file://{job_file}")
+        cli("lambda", "invoke", "--function-name", served.stack.functions["dispatcher"], str(tmp_path / "out.json"))
+        # Then `spotrelay status --json` follows the job, named from the message id, to SUCCEEDED
+        job = TinyTrain(
+            job_id_for("tiny-train", sent["MessageId"]),
+            ["--endpoint-url", served.endpoint_url, "--region", region],
+            tmp_path / "instances",
+        )
+        done = job.ended()
+        assert done["job"]["state"] == "SUCCEEDED", done
+        (attempt,) = done["attempts"]
+        assert "epoch 3/3" in job.output_of(attempt)
 
 
 @pytest.mark.parametrize(
