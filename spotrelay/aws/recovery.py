@@ -86,6 +86,38 @@ class Redrive:
         return self.failed == 0
 
 
+EVENT_TARGETS = "event targets"  # how a redrive names the rule targets' DLQ
+
+
+@dataclass(frozen=True)
+class DeadLetterQueue:
+    """A queue `spotrelay admin redrive` drains: a function's (Lambda gave up its retries on an event), or
+    the rule targets' (events EventBridge could not deliver), whose events go back to `targets`."""
+
+    name: str  # the function's name, or EVENT_TARGETS
+    queue_url: str
+    targets: frozenset[str] = frozenset()
+
+    def redrive(self, sqs: SQSClient, lambda_: LambdaClient) -> Redrive:
+        if self.name == EVENT_TARGETS:
+            return redrive_event_targets(sqs, lambda_, queue_url=self.queue_url, functions=self.targets)
+        return redrive(sqs, lambda_, queue_url=self.queue_url, function_name=self.name)
+
+
+def dead_letter_queues(output: Callable[[str], str], targets_queue_url: str | None) -> list[DeadLetterQueue]:
+    """The stack's DLQs in the order a redrive drains them: each dead-lettered function's, then the rule
+    targets' (`targets_queue_url`, the EVENT_TARGET_DLQ_OUTPUT output: None for a stack deployed before it
+    had one). `output(name)` reads a stack output (raising for one the stack lacks)."""
+    queues = [
+        DeadLetterQueue(output(function_name_output(f)), output(dead_letter_queue_output(f)))
+        for f in DEAD_LETTERED_FUNCTIONS
+    ]
+    if targets_queue_url is not None:
+        targets = frozenset(output(function_name_output(f)) for f in REDRIVABLE_TARGETS)
+        queues.append(DeadLetterQueue(EVENT_TARGETS, targets_queue_url, targets))
+    return queues
+
+
 def redrive(sqs: SQSClient, lambda_: LambdaClient, *, queue_url: str, function_name: str) -> Redrive:
     """Invoke `function_name` with each message of its DLQ `queue_url` (the body: the event), deleting each
     one the function handled (see the module docstring)."""

@@ -166,22 +166,12 @@ def redrive_command(
 
     def run(client: JobsClient) -> list[recovery.Redrive]:
         done = []
-        for function in recovery.DEAD_LETTERED_FUNCTIONS:
-            queue_url = client.stack.output(recovery.dead_letter_queue_output(function))
-            name = client.stack.output(recovery.function_name_output(function))
+        queues = recovery.dead_letter_queues(client.stack.output, client.stack.outputs.get(EVENT_TARGET_DLQ_OUTPUT))
+        for queue in queues:
             try:
-                done.append(recovery.redrive(client.sqs, client.lambda_, queue_url=queue_url, function_name=name))
+                done.append(queue.redrive(client.sqs, client.lambda_))
             except (ClientError, BotoCoreError) as e:
-                raise StackError(f"cannot redrive the DLQ of {name} in stack {client.stack.name}: {e}") from None
-        targets_dlq = client.stack.outputs.get(EVENT_TARGET_DLQ_OUTPUT)
-        if targets_dlq is not None:  # a stack deployed before it had one has none
-            names = {client.stack.output(recovery.function_name_output(f)) for f in recovery.REDRIVABLE_TARGETS}
-            try:
-                done.append(
-                    recovery.redrive_event_targets(client.sqs, client.lambda_, queue_url=targets_dlq, functions=names)
-                )
-            except (ClientError, BotoCoreError) as e:
-                raise StackError(f"cannot redrive the event target DLQ of stack {client.stack.name}: {e}") from None
+                raise StackError(f"cannot redrive the DLQ of {queue.name} in stack {client.stack.name}: {e}") from None
         return done
 
     done = on_stack(stack, region, endpoint_url, run)

@@ -30,7 +30,7 @@ from spotrelay.local.workers import InstanceWorker
 ALARM_PERIOD = timedelta(minutes=1)
 _GONE = {"stopping", "stopped", "shutting-down", "terminated"}
 
-EVENT_TARGETS = "event targets"  # how the operator report names the rule targets' DLQ
+EVENT_TARGETS = recovery.EVENT_TARGETS  # how the operator report names the rule targets' DLQ
 
 
 class ReplayInputs(ReplayState):
@@ -148,7 +148,8 @@ class ReplayInputs(ReplayState):
         else:
             self._asynchronous = AsynchronousInvocations(self, label="lambda", who=lambda name: roles.get(name, name))
             installed.delivery_faults = AsynchronousDeliveries(self._asynchronous)
-        self._asynchronous.dead_letter = dead_letters_to_sqs(self.runtime.sqs, self._dead_letter_queues())
+        functions = {q.name: q.queue_url for q in self._dead_letter_queues() if q.name != recovery.EVENT_TARGETS}
+        self._asynchronous.dead_letter = dead_letters_to_sqs(self.runtime.sqs, functions)
         windows = [(scenario.at(o.start), scenario.at(o.end)) for o in scenario.outages_of_functions]
         self._outages = FunctionOutages(self.now, windows, otherwise=self.runtime.lambdas.faults)
         self.runtime.lambdas.faults = self._outages
@@ -160,14 +161,10 @@ class ReplayInputs(ReplayState):
         for step in scenario.operator:
             self.schedule(scenario.at(step.at), "operator", lambda step=step: self._run_operator(step))  # type: ignore[misc]
 
-    def _dead_letter_queues(self) -> dict[str, str]:
-        """function name -> its DLQ's URL, from the stack's outputs (moto keeps no DeadLetterConfig)."""
+    def _dead_letter_queues(self) -> list[recovery.DeadLetterQueue]:
+        """The stack's DLQs, from its outputs (moto keeps no DeadLetterConfig), as `admin redrive` finds them."""
         outputs = self.stack.outputs
-        return {
-            outputs[recovery.function_name_output(module)]: outputs[recovery.dead_letter_queue_output(module)]
-            for module in recovery.DEAD_LETTERED_FUNCTIONS
-            if recovery.function_name_output(module) in outputs and recovery.dead_letter_queue_output(module) in outputs
-        }
+        return recovery.dead_letter_queues(outputs.__getitem__, outputs.get(EVENT_TARGET_DLQ_OUTPUT))
 
     def _run_operator(self, step: OperatorStep) -> None:
         """An operator step, calling what the CLI command calls (spotrelay.aws.recovery)."""
@@ -176,21 +173,10 @@ class ReplayInputs(ReplayState):
             # What `spotrelay admin redrive` drains: each function's DLQ (Lambda's retries given up), then the
             # rule targets' (the events EventBridge could not deliver)
             lambda_ = self.runtime.client("lambda")
-            outputs = self.stack.outputs
-            queues: list[tuple[str, str]] = list(self._dead_letter_queues().items())
-            targets_dlq = outputs.get(EVENT_TARGET_DLQ_OUTPUT)
-            if targets_dlq is not None:
-                queues.append((EVENT_TARGETS, targets_dlq))
-            targets = {outputs[recovery.function_name_output(f)] for f in recovery.REDRIVABLE_TARGETS}
-
-            def redrive(function: str, queue_url: str) -> recovery.Redrive:
-                if function == EVENT_TARGETS:
-                    return recovery.redrive_event_targets(sqs, lambda_, queue_url=queue_url, functions=targets)
-                return recovery.redrive(sqs, lambda_, queue_url=queue_url, function_name=function)
-
-            for function, queue_url in queues:
+            for queue in self._dead_letter_queues():
+                function, queue_url = queue.name, queue.queue_url
                 before = recovery.queue_depth(sqs, queue_url)
-                done = redrive(function, queue_url)
+                done = queue.redrive(sqs, lambda_)
                 after = recovery.queue_depth(sqs, queue_url)
                 detail = {"function": function, "depth_before": before, "found": done.found, "handled": done.handled}
                 detail |= {"failed": done.failed, "depth_after": after}
