@@ -263,6 +263,13 @@ def describe_status(status: JobStatus, now: datetime, prices: PriceHistories | N
         )
     if job.failure_reason:
         lines.append(f"  why: {job.failure_reason}")
+    for kept in (a for a in status.attempts if a.instance_id is not None and a.kept_at(now)):
+        region = kept.pool.availability_zone[:-1]  # us-east-1a -> us-east-1
+        lines.append(
+            f"  instance {kept.instance_id} of attempt {kept.attempt} is kept to debug the failure until "
+            f"{kept.kept_until:%Y-%m-%d %H:%M} UTC (recovery.keep_failed_instance_minutes; billed to the job): "
+            f"aws ssm start-session --target {kept.instance_id} --region {region}"
+        )
     return lines
 
 

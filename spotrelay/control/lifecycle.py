@@ -51,6 +51,8 @@ from spotrelay.control.decisions import (
     end_job,
     final_outcome,
     forget_preference,
+    instances_to_terminate,
+    keep_failed_until,
     launch_order,
     launchable_types,
     one_line,
@@ -511,13 +513,18 @@ def recover_step(
     closed, closed_now = update_attempt(
         store, job_id, current.attempt, lambda fresh: close_attempt(fresh, kind.outcome, now, pointer)
     )
-    if current.instance_id is not None:
+    ended = [closed if a.attempt == current.attempt else a for a in attempts]
+    event = AttemptEnded(kind=kind, pool=current.pool, at=now, attempt=current.attempt, exit_code=exit_code(cause))
+    keep = keep_failed_until(job, kind, now)
+    if keep is not None and current.instance_id is not None and _fails(job, ended, pointer, event, now):
+        # The job's code failed for good and the job asked to keep its instance to look at: kept, billed
+        closed, _ = update_attempt(store, job_id, current.attempt, lambda fresh: _kept(fresh, keep))
+        ended = [closed if a.attempt == current.attempt else a for a in ended]
+    if current.instance_id is not None and not closed.kept_at(now):
         compute.terminate([current.instance_id])  # a failed job's or a silent instance's: stop the bill
     if closed_now and closed.pool.market is Market.SPOT:  # the interruption statistics are of spot pools
         interrupted = kind.is_interruption and closed.interrupted_at is None  # ec2_events counted warnings
         store.record_pool_usage(closed.pool, closed.runtime_hours(now), int(interrupted))
-    ended = [closed if a.attempt == current.attempt else a for a in attempts]
-    event = AttemptEnded(kind=kind, pool=current.pool, at=now, attempt=current.attempt, exit_code=exit_code(cause))
 
     def change(fresh: Job) -> Recovery:
         if fresh.last_recovered_attempt < current.attempt or fresh.last_recovery is None:
@@ -530,6 +537,19 @@ def recover_step(
 
     _, recovery = update_job(store, job_id, change)
     return recovery.result
+
+
+def _fails(
+    job: Job, ended: list[Attempt], pointer: CheckpointPointer | None, event: AttemptEnded, now: datetime
+) -> bool:
+    """Whether Recover's decision (made again below on a fresh read) fails the job."""
+    copy = job.model_copy(deep=True)
+    account(copy, ended, pointer, now)
+    return plan_recovery(copy, ended, event, now).result.action == "fail"
+
+
+def _kept(fresh: Attempt, until: datetime) -> Attempt | None:
+    return None if fresh.kept_until is not None else fresh.model_copy(update={"kept_until": until})
 
 
 # ------------------------------------------------------------------------------------------ Finalize
@@ -575,7 +595,7 @@ def finalize_step(
             if closed_now and attempt.pool.market is Market.SPOT:
                 store.record_pool_usage(attempt.pool, attempt.runtime_hours(now), 0)
         ended.append(attempt)
-    instance_ids = [a.instance_id for a in attempts if a.instance_id is not None]
+    instance_ids = instances_to_terminate(ended, now)  # but an instance kept to debug the job's failure
     if instance_ids:
         compute.terminate(instance_ids)
     reason = None if ending.state is JobState.SUCCEEDED else failure_reason(ending.error)

@@ -50,6 +50,7 @@ from spotrelay.control.decisions import (
     AskHandover,
     DropStandby,
     bill_overdue,
+    billing_ends_by,
     budget_cause,
     end_job,
     execution_ended_reason,
@@ -486,11 +487,12 @@ def _settle_missed_bills(
     (each does), so EC2 billed it until then at the latest; an earlier report, late, still moves the end
     back. An instance still there is the orphan pass's to terminate, and its state change settles it."""
     for attempt in attempts:
-        if not bill_overdue(attempt, now) or attempt.instance_id is None or attempt.ended_at is None:
+        end = billing_ends_by(attempt)
+        if not bill_overdue(attempt, now) or attempt.instance_id is None or end is None:
             continue
         state = _state(compute, listed, attempt.instance_id)
         if state in GONE_STATES or state == "unknown":  # "unknown" at once: it was closed minutes ago
-            end_billing(store, compute, attempt, attempt.ended_at)
+            end_billing(store, compute, attempt, end)
 
 
 def _repair(store: JobStore, compute: Compute, job_id: str, status: str, now: datetime) -> None:

@@ -107,7 +107,9 @@ def check_instances(s: Snapshot) -> list[Violation]:
         if live and not ended_job:
             continue
         # orphaned since its launch, the end of its last attempt, or (its attempt left open) its job's end
-        since = max([instance.launched_at, *(a.ended_at for a in owners if a.ended_at is not None)])
+        # (an instance kept to debug its job's failure: since it stopped being kept)
+        ends = [a.ended_at for a in owners if a.ended_at is not None]
+        since = max([instance.launched_at, *ends, *(a.kept_until for a in owners if a.kept_until is not None)])
         if live and job is not None and job.ended_at is not None:
             since = max(since, job.ended_at)
         if s.now - since <= limit:

@@ -98,6 +98,9 @@ class Attempt(BaseModel):
     migrate_requested_at: AwareDatetime | None = None
     handover_from: int | None = Field(default=None, ge=1, description="the attempt this standby replaces")
     lost_work_hours: float = Field(default=0, ge=0, description="reference-GPU hours done and not checkpointed")
+    # The job's code failed for good here and the job asked to keep the instance (recovery's
+    # keep_failed_instance_minutes): it runs, billed, until then; reconcile terminates it after.
+    kept_until: AwareDatetime | None = None
     # The bill (spotrelay.models.billing): it runs from the launch until EC2 stops billing the instance, the
     # earliest time the instance was reported gone (its state change, or reconcile), not the attempt's close.
     # Settled then: the price in effect over that time, integrated, so that reading a cost never calls EC2.
@@ -105,6 +108,10 @@ class Attempt(BaseModel):
     cost_usd: float | None = Field(
         default=None, ge=0, allow_inf_nan=False, description="the settled bill, launch to billed_until"
     )
+
+    def kept_at(self, now: datetime) -> bool:
+        """Its instance is kept for debugging at `now` (the job failed there, and asked for it)."""
+        return self.kept_until is not None and now < self.kept_until
 
     @property
     def is_live(self) -> bool:
@@ -126,8 +133,15 @@ class Attempt(BaseModel):
 
     def billing_end(self, now: datetime) -> datetime:
         """Where the bill ends, as known at `now`: the instance's end once reported; until then the attempt's
-        close (every step that closes an attempt terminates its instance), or `now` while it is live."""
-        return self.billed_until or self.ended_at or now
+        close (every step that closes an attempt terminates its instance), or `now` while it is live, or, for an
+        instance kept to debug the job's failure, `now` while it is kept."""
+        if self.billed_until is not None:
+            return self.billed_until
+        if self.ended_at is None:
+            return now
+        if self.kept_until is not None and self.kept_until > self.ended_at:
+            return max(self.ended_at, min(now, self.kept_until))
+        return self.ended_at
 
     def billed_hours(self, now: datetime) -> float:
         return max(0.0, (self.billing_end(now) - self.started_at).total_seconds() / 3600)

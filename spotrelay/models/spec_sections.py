@@ -268,3 +268,13 @@ class RecoverySpec(_Spec):
     block_minutes: float = Field(
         strict=True, default=3, gt=0, le=7 * 24 * 60, description="how long a lost pool is avoided"
     )
+    # A failed job's instance kept to look at (SkyPilot's users asked for it: skypilot-org/skypilot#1163): the
+    # attempt whose code failed for the last time (JobFailed past max_restarts) keeps its instance this long,
+    # billed to the job; `status` prints the `aws ssm start-session` line that reaches it.
+    keep_failed_instance_minutes: int = Field(
+        strict=True,
+        default=0,
+        ge=0,
+        le=24 * 60,
+        description="minutes to keep the instance of a job whose code failed, to debug it (billed; 0: not kept)",
+    )

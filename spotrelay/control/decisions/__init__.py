@@ -34,6 +34,8 @@ from spotrelay.control.decisions.ending import (
     end_job,
     execution_ended_reason,
     final_outcome,
+    instances_to_terminate,
+    keep_failed_until,
 )
 from spotrelay.control.decisions.placing import (
     MAX_FAILURE_REASON_CHARS,
@@ -82,6 +84,7 @@ from spotrelay.control.decisions.reconciling import (
     DropStandby,
     Untracked,
     bill_overdue,
+    billing_ends_by,
     budget_cause,
     handover_seconds,
     instance_gone,
@@ -117,6 +120,7 @@ __all__ = [
     "StepResult",
     "Untracked",
     "bill_overdue",
+    "billing_ends_by",
     "blocked_for",
     "budget_cause",
     "catalog_on_demand_prices",
@@ -128,6 +132,8 @@ __all__ = [
     "forget_preference",
     "handover_seconds",
     "instance_gone",
+    "instances_to_terminate",
+    "keep_failed_until",
     "launch_order",
     "launch_throttled",
     "launchable_types",

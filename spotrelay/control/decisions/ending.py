@@ -9,16 +9,21 @@
   already (a cancel wins over a late failure: the first end stands). SUCCEEDED is reached through
   RUNNING (an agent that reported success before its instance's `running` event was handled).
 - `execution_ended_reason(status)`: why reconcile fails a job whose JobLifecycle execution ended first.
+- `keep_failed_until(job, kind, now)`: until when the instance of an attempt whose code failed is kept, if
+  the job fails there for good (Recover asks before it terminates the instance): the job's
+  `recovery.keep_failed_instance_minutes`, for a JobFailed end only (a budget or a loss never keeps one).
+- `instances_to_terminate(attempts, now)`: what Finalize terminates: every attempt's instance but a kept one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, ensure_transition
+from spotrelay.policy import EndKind
 
 _FINAL = {
     "SUCCEEDED": (JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED),
@@ -62,3 +67,14 @@ def end_job(job: Job, state: JobState, reason: str | None, now: datetime, *, kee
 
 def execution_ended_reason(status: str) -> str:
     return f"ExecutionEnded: the JobLifecycle execution ended {status} before the job did"
+
+
+def keep_failed_until(job: Job, kind: EndKind, now: datetime) -> datetime | None:
+    minutes = job.spec.recovery.keep_failed_instance_minutes
+    if kind is not EndKind.JOB_FAILED or minutes <= 0:
+        return None
+    return now + timedelta(minutes=minutes)
+
+
+def instances_to_terminate(attempts: Sequence[Attempt], now: datetime) -> list[str]:
+    return [a.instance_id for a in attempts if a.instance_id is not None and not a.kept_at(now)]

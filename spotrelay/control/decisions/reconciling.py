@@ -2,13 +2,14 @@
 
 - `untracked_instance`: a managed instance that no live attempt of an active job names is terminated
   once it is past ORPHAN_GRACE_SECONDS with no attempt recorded for it (Launch records one just after
-  RunInstances returns), or at once when its attempt has ended or its job has; an attempt still open on
-  an ended job is closed first.
+  RunInstances returns), or at once when its attempt has ended or its job has (an instance kept to debug a
+  failed job: once its `kept_until` has passed); an attempt still open on an ended job is closed first.
 - `instance_gone`: an attempt's instance counts as gone when EC2 says it is stopping, stopped, shutting
   down or terminated, or no longer knows it past ORPHAN_GRACE_SECONDS from the launch (EC2 forgets a
   terminated instance in about an hour; a new one may not be listed yet).
 - `over_budget` / `budget_cause`: a running job whose spend reached `limits.max_total_cost`;
-  `bill_overdue`: an ended attempt whose instance's state change (its bill's end) was missed.
+  `bill_overdue`: an ended attempt whose instance's state change (its bill's end) was missed;
+  `billing_ends_by`: when its instance was terminated at the latest.
 - `runs_on_demand`, `moves_back_considered`, `standby_retry_at`: whether a job on on-demand is one
   reconcile may move back to spot (its attempt runs, no handover asked, a deadline to keep) and, after
   failed standbys, when the next may be tried (STANDBY_RETRY_SECONDS, doubling with each one).
@@ -49,6 +50,8 @@ def untracked_instance(
     """`attempt` and `job`: what the instance's ref names (None: no ref is recorded for it)."""
     if attempt is None or job is None:
         return Untracked(terminate=launched_at is None or (now - launched_at).total_seconds() > ORPHAN_GRACE_SECONDS)
+    if attempt.kept_at(now):
+        return Untracked(terminate=False)  # kept to debug the job's failure, until `kept_until`
     if attempt.outcome is not None or job.state.is_terminal:
         return Untracked(terminate=True, close_attempt=attempt.outcome is None)
     return Untracked(terminate=False)
@@ -63,9 +66,18 @@ def instance_gone(state: str, launched_at: datetime, now: datetime) -> bool:
 def bill_overdue(attempt: Attempt, now: datetime) -> bool:
     """An ended attempt of an instance whose bill is still not settled ORPHAN_GRACE_SECONDS after its close:
     its state change was missed (once its instance is gone, reconcile settles it at the close)."""
-    if attempt.cost_usd is not None or attempt.ended_at is None or attempt.instance_id is None:
+    end = billing_ends_by(attempt)
+    if attempt.cost_usd is not None or end is None or attempt.instance_id is None:
         return False
-    return (now - attempt.ended_at).total_seconds() >= ORPHAN_GRACE_SECONDS
+    return (now - end).total_seconds() >= ORPHAN_GRACE_SECONDS
+
+
+def billing_ends_by(attempt: Attempt) -> datetime | None:
+    """When the step that ended an attempt had its instance terminated: at its close, or, for an instance
+    kept to debug the job's failure, when it stopped being kept (reconcile terminates it then)."""
+    if attempt.ended_at is None:
+        return None
+    return max(attempt.ended_at, attempt.kept_until or attempt.ended_at)
 
 
 def over_budget(job: Job, spent: float) -> bool:
