@@ -22,10 +22,13 @@ close) each total the attempts read after the job version they overwrite.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, ConfigDict
 
 from spotrelay.config import ERROR_CANCELLED
 from spotrelay.control.accounting import account, close_attempt
+from spotrelay.control.ec2_events import end_billing
 from spotrelay.control.jobs import update_attempt, update_job
 from spotrelay.control.ports import Clock, Compute, JobStore, NotFoundError, Wakeup, Workflow
 from spotrelay.models import AttemptOutcome, Job, JobState, ensure_transition
@@ -54,7 +57,9 @@ def cancel_job(
         except NotFoundError:
             return CancelResult(job_id=job_id, state=None, terminated=[], already_ended=False, before_admission=True)
     if job.state.is_terminal:
-        return CancelResult(job_id=job_id, state=job.state, terminated=[], already_ended=True)
+        # An ended job's instance kept to debug its failure: cancel is how the user says they are done with it
+        released = release_kept(store, compute, job_id, now)
+        return CancelResult(job_id=job_id, state=job.state, terminated=released, already_ended=True)
     update_job(store, job_id, _request_cancel)
     attempts = store.attempts(job_id)
     pointer = store.get_checkpoint(job_id)
@@ -95,3 +100,17 @@ def cancel_job(
 
 def _request_cancel(job: Job) -> None:
     job.cancel_requested = True
+
+
+def release_kept(store: JobStore, compute: Compute, job_id: str, now: datetime) -> list[str]:
+    """Terminate the instances kept to debug the job's failures (`recovery.keep_failed_instance_minutes`) now,
+    their keep ended at `now` and their bills settled to it; returns their ids."""
+    kept = [a for a in store.attempts(job_id) if a.instance_id is not None and a.kept_at(now)]
+    for attempt in kept:
+        update_attempt(store, job_id, attempt.attempt, lambda fresh: fresh.model_copy(update={"kept_until": now}))
+    ids = [a.instance_id for a in kept if a.instance_id is not None]
+    if ids:
+        compute.terminate(ids)
+        for attempt in kept:
+            end_billing(store, compute, attempt, now)
+    return ids

@@ -515,8 +515,8 @@ def recover_step(
     )
     ended = [closed if a.attempt == current.attempt else a for a in attempts]
     event = AttemptEnded(kind=kind, pool=current.pool, at=now, attempt=current.attempt, exit_code=exit_code(cause))
-    keep = keep_failed_until(job, kind, now)
-    if keep is not None and current.instance_id is not None and _fails(job, ended, pointer, event, now):
+    keep = _keep_until(job, ended, pointer, event, closed, now) if current.instance_id is not None else None
+    if keep is not None:
         # The job's code failed for good and the job asked to keep its instance to look at: kept, billed
         closed, _ = update_attempt(store, job_id, current.attempt, lambda fresh: _kept(fresh, keep))
         ended = [closed if a.attempt == current.attempt else a for a in ended]
@@ -539,17 +539,27 @@ def recover_step(
     return recovery.result
 
 
-def _fails(
-    job: Job, ended: list[Attempt], pointer: CheckpointPointer | None, event: AttemptEnded, now: datetime
-) -> bool:
-    """Whether Recover's decision (made again below on a fresh read) fails the job."""
+def _keep_until(
+    job: Job,
+    ended: list[Attempt],
+    pointer: CheckpointPointer | None,
+    event: AttemptEnded,
+    closed: Attempt,
+    now: datetime,
+) -> datetime | None:
+    """Until when the closed attempt's instance is kept (None: terminated now), as Recover's decision (made
+    again below on a fresh read) fails the job: `keep_failed_until` of the job as it would be recorded."""
+    if job.state.is_terminal or job.cancel_requested:
+        return None  # a late Recover of an ended or cancelled job keeps nothing
     copy = job.model_copy(deep=True)
     account(copy, ended, pointer, now)
-    return plan_recovery(copy, ended, event, now).result.action == "fail"
+    return keep_failed_until(copy, plan_recovery(copy, ended, event, now).result, closed.hourly_price, now)
 
 
 def _kept(fresh: Attempt, until: datetime) -> Attempt | None:
-    return None if fresh.kept_until is not None else fresh.model_copy(update={"kept_until": until})
+    if fresh.kept_until is not None or fresh.outcome is not AttemptOutcome.FAILED:
+        return None
+    return fresh.model_copy(update={"kept_until": until})
 
 
 # ------------------------------------------------------------------------------------------ Finalize
@@ -595,7 +605,8 @@ def finalize_step(
             if closed_now and attempt.pool.market is Market.SPOT:
                 store.record_pool_usage(attempt.pool, attempt.runtime_hours(now), 0)
         ended.append(attempt)
-    instance_ids = instances_to_terminate(ended, now)  # but an instance kept to debug the job's failure
+    current = store.get_job(job_id)[0].attempts  # the attempt whose end ends the job (a standby may number more)
+    instance_ids = instances_to_terminate(ended, current, now)  # but the one kept to debug this failure
     if instance_ids:
         compute.terminate(instance_ids)
     reason = None if ending.state is JobState.SUCCEEDED else failure_reason(ending.error)

@@ -86,6 +86,7 @@ from spotrelay.control.ports import (
     InstanceRef,
     JobStore,
     LaunchRefused,
+    NotFoundError,
     UnreadableRecordError,
     Workflow,
 )
@@ -134,6 +135,7 @@ def reconcile(
 ) -> ReconcileReport:
     now = clock.now()
     orphans: list[str] = []
+    kept: list[Attempt] = []  # attempts whose instance was kept to debug a failure, terminated now
     managed = compute.managed_instances()
     # The states of this run's one listing (every managed instance not terminated), read again only for an
     # instance it did not list: one DescribeInstances per run, not one per live attempt (see `_state`)
@@ -161,17 +163,26 @@ def reconcile(
                 if untracked_instance(instance.launched_at, now).terminate:
                     orphans.append(instance.instance_id)
                 continue
-            attempt = store.get_attempt(ref.job_id, ref.attempt)
-            job, _ = store.get_job(ref.job_id)
+            try:
+                attempt = store.get_attempt(ref.job_id, ref.attempt)
+                job, _ = store.get_job(ref.job_id)
+            except NotFoundError:  # its records are gone (deleted): it runs for nobody, as with no ref
+                if untracked_instance(instance.launched_at, now).terminate:
+                    orphans.append(instance.instance_id)
+                continue
             verdict = untracked_instance(instance.launched_at, now, attempt, job)
             if verdict.terminate:
                 orphans.append(instance.instance_id)  # before the close: terminated even if that fails
+                if attempt.kept_end is not None:
+                    kept.append(attempt)  # its bill runs until now: settled below, whatever its event does
             if verdict.close_attempt:
                 _close_left_open(job, attempt, store, now)
         except UnreadableRecordError as e:  # left running: whether it runs a live job cannot be told
             unreadable.append(f"{instance.instance_id}: {e}")
     if orphans:
         compute.terminate(orphans)
+        for attempt in kept:
+            end_billing(store, compute, attempt, now)
         for instance_id in orphans:
             listed.pop(instance_id, None)  # terminating now: asked again if anything still needs it
 

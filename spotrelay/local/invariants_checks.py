@@ -109,7 +109,7 @@ def check_instances(s: Snapshot) -> list[Violation]:
         # orphaned since its launch, the end of its last attempt, or (its attempt left open) its job's end
         # (an instance kept to debug its job's failure: since it stopped being kept)
         ends = [a.ended_at for a in owners if a.ended_at is not None]
-        since = max([instance.launched_at, *ends, *(a.kept_until for a in owners if a.kept_until is not None)])
+        since = max([instance.launched_at, *ends, *(a.kept_end for a in owners if a.kept_end is not None)])
         if live and job is not None and job.ended_at is not None:
             since = max(since, job.ended_at)
         if s.now - since <= limit:

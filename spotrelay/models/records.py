@@ -11,13 +11,14 @@ do not declare (`init_forbid_extra`).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from spotrelay.models.job_spec import JobSpec
+from spotrelay.models.spec_sections import MAX_KEEP_MINUTES
 from spotrelay.models.state import JobState
 
 KEEP_UNKNOWN_FIELDS: Final = "allow"  # see the module docstring
@@ -109,9 +110,18 @@ class Attempt(BaseModel):
         default=None, ge=0, allow_inf_nan=False, description="the settled bill, launch to billed_until"
     )
 
+    @property
+    def kept_end(self) -> datetime | None:
+        """Until when its instance is kept to debug the job's failure: `kept_until`, for a FAILED attempt, and
+        never more than MAX_KEEP_MINUTES after its end (a record that says more is not believed)."""
+        if self.kept_until is None or self.ended_at is None or self.outcome is not AttemptOutcome.FAILED:
+            return None
+        return min(self.kept_until, self.ended_at + timedelta(minutes=MAX_KEEP_MINUTES))
+
     def kept_at(self, now: datetime) -> bool:
         """Its instance is kept for debugging at `now` (the job failed there, and asked for it)."""
-        return self.kept_until is not None and now < self.kept_until
+        end = self.kept_end
+        return end is not None and now < end
 
     @property
     def is_live(self) -> bool:
@@ -139,8 +149,9 @@ class Attempt(BaseModel):
             return self.billed_until
         if self.ended_at is None:
             return now
-        if self.kept_until is not None and self.kept_until > self.ended_at:
-            return max(self.ended_at, min(now, self.kept_until))
+        kept = self.kept_end
+        if kept is not None and kept > self.ended_at:
+            return max(self.ended_at, min(now, kept))
         return self.ended_at
 
     def billed_hours(self, now: datetime) -> float:

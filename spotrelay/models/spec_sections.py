@@ -258,6 +258,11 @@ class PlacementSpec(_Spec):
         return self.restart_overhead_minutes / 60
 
 
+# The longest an instance is kept to debug a failed job (recovery.keep_failed_instance_minutes' bound; a record
+# that says more is not believed: spotrelay.models.records.Attempt.kept_end)
+MAX_KEEP_MINUTES = 24 * 60
+
+
 class RecoverySpec(_Spec):
     strategy: RecoveryStrategyName = RecoveryStrategyName.EAGER_NEXT_POOL
     # 3 min: the next launch avoids the lost pool, as SkyPilot's EAGER_NEXT_REGION blocks the lost region
@@ -275,6 +280,6 @@ class RecoverySpec(_Spec):
         strict=True,
         default=0,
         ge=0,
-        le=24 * 60,
+        le=MAX_KEEP_MINUTES,
         description="minutes to keep the instance of a job whose code failed, to debug it (billed; 0: not kept)",
     )

@@ -9,10 +9,11 @@
   already (a cancel wins over a late failure: the first end stands). SUCCEEDED is reached through
   RUNNING (an agent that reported success before its instance's `running` event was handled).
 - `execution_ended_reason(status)`: why reconcile fails a job whose JobLifecycle execution ended first.
-- `keep_failed_until(job, kind, now)`: until when the instance of an attempt whose code failed is kept, if
-  the job fails there for good (Recover asks before it terminates the instance): the job's
-  `recovery.keep_failed_instance_minutes`, for a JobFailed end only (a budget or a loss never keeps one).
-- `instances_to_terminate(attempts, now)`: what Finalize terminates: every attempt's instance but a kept one.
+- `keep_failed_until(job, result, hourly_price, now)`: until when the instance of an attempt whose code failed
+  is kept, when Recover's answer fails the job JobFailed (Recover asks before it terminates the instance): the
+  job's `recovery.keep_failed_instance_minutes`, within its budget left (a budget or a loss never keeps one).
+- `instances_to_terminate(attempts, current, now)`: what Finalize terminates: every attempt's instance but the
+  one kept for the failure that ends the job now (an earlier run's kept one goes too).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from spotrelay.config import ERROR_JOB_FAILED
+from spotrelay.control.decisions.placing import StepResult
 from spotrelay.models import Attempt, AttemptOutcome, Job, JobState, ensure_transition
-from spotrelay.policy import EndKind
 
 _FINAL = {
     "SUCCEEDED": (JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED),
@@ -69,12 +71,25 @@ def execution_ended_reason(status: str) -> str:
     return f"ExecutionEnded: the JobLifecycle execution ended {status} before the job did"
 
 
-def keep_failed_until(job: Job, kind: EndKind, now: datetime) -> datetime | None:
+def keep_failed_until(job: Job, result: StepResult, hourly_price: float, now: datetime) -> datetime | None:
+    """`result`: Recover's answer for the job (accounted, its cost counting the closed attempt). Kept only when
+    it fails the job JobFailed; never past what its `limits.max_total_cost` leaves at the instance's price."""
     minutes = job.spec.recovery.keep_failed_instance_minutes
-    if kind is not EndKind.JOB_FAILED or minutes <= 0:
+    if minutes <= 0 or result.action != "fail" or result.error != ERROR_JOB_FAILED:
         return None
-    return now + timedelta(minutes=minutes)
+    until = now + timedelta(minutes=minutes)
+    cap = job.spec.limits.max_total_cost
+    if cap is not None:
+        left = cap - job.cost_usd
+        if left <= 0:
+            return None
+        if hourly_price > 0:
+            until = min(until, now + timedelta(hours=left / hourly_price))
+    return until
 
 
-def instances_to_terminate(attempts: Sequence[Attempt], now: datetime) -> list[str]:
-    return [a.instance_id for a in attempts if a.instance_id is not None and not a.kept_at(now)]
+def instances_to_terminate(attempts: Sequence[Attempt], current: int, now: datetime) -> list[str]:
+    """`current`: the job's attempt whose failure ends it now; an earlier run's kept instance goes now too."""
+    return [
+        a.instance_id for a in attempts if a.instance_id is not None and not (a.attempt == current and a.kept_at(now))
+    ]

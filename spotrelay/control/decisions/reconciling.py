@@ -77,7 +77,7 @@ def billing_ends_by(attempt: Attempt) -> datetime | None:
     kept to debug the job's failure, when it stopped being kept (reconcile terminates it then)."""
     if attempt.ended_at is None:
         return None
-    return max(attempt.ended_at, attempt.kept_until or attempt.ended_at)
+    return max(attempt.ended_at, attempt.kept_end or attempt.ended_at)
 
 
 def over_budget(job: Job, spent: float) -> bool:
