@@ -297,9 +297,9 @@ class UserCancelsDuringLaunch(FakeCompute):
         return super().launch(request)
 
 
-def test_reconcile_terminates_an_instance_launched_for_a_job_cancelled_during_its_launch() -> None:
-    # Given a job cancelled (execution stopped) while Launch was starting its instance, which Launch then
-    # recorded and, seeing the cancel, could not terminate (EC2 throttled it): the attempt is left open
+def cancelled_during_its_launch() -> World:
+    """A job cancelled while Launch was starting its instance, which Launch recorded and, seeing the cancel,
+    could not terminate (EC2 throttled the call): its attempt left open, its instance running."""
     world = World()
     world.admitted()
     world.place()
@@ -307,6 +307,13 @@ def test_reconcile_terminates_an_instance_launched_for_a_job_cancelled_during_it
     world.compute.fail_next["terminate"] = RuntimeError("RequestLimitExceeded")
     with pytest.raises(RuntimeError, match="RequestLimitExceeded"):
         world.launch()
+    return world
+
+
+def test_reconcile_terminates_an_instance_launched_for_a_job_cancelled_during_its_launch() -> None:
+    # Given a job cancelled (execution stopped) while Launch was starting its instance, which Launch then
+    # recorded and, seeing the cancel, could not terminate (EC2 throttled it): the attempt is left open
+    world = cancelled_during_its_launch()
     assert world.job().state is JobState.CANCELLED
     instance_id = str(world.attempt().instance_id)
     assert world.compute.instances[instance_id].state != "terminated"
@@ -321,13 +328,7 @@ def test_reconcile_terminates_an_instance_launched_for_a_job_cancelled_during_it
 def test_reconcile_terminates_the_orphan_of_a_cancelled_job_even_when_closing_its_attempt_fails() -> None:
     # Given the instance left running for a job cancelled during its launch (its attempt left open), and a
     # record of the job that does not read back when reconcile totals the job again after closing it
-    world = World()
-    world.admitted()
-    world.place()
-    world.compute = UserCancelsDuringLaunch(world)
-    world.compute.fail_next["terminate"] = RuntimeError("RequestLimitExceeded")
-    with pytest.raises(RuntimeError, match="RequestLimitExceeded"):
-        world.launch()
+    world = cancelled_during_its_launch()
     instance_id = str(world.attempt().instance_id)
     world.advance(minutes=10)
     world.store.fail_next["attempts"] = UnreadableRecordError.problem("attempt 2 of job train-1", "pool", "garbage")
