@@ -159,23 +159,20 @@ def reconcile(
             continue
         try:
             ref = store.get_instance_ref(instance.instance_id)
-            if ref is None:
-                if untracked_instance(instance.launched_at, now).terminate:
-                    orphans.append(instance.instance_id)
-                continue
-            try:
-                attempt = store.get_attempt(ref.job_id, ref.attempt)
-                job, _ = store.get_job(ref.job_id)
-            except NotFoundError:  # its records are gone (deleted): it runs for nobody, as with no ref
-                if untracked_instance(instance.launched_at, now).terminate:
-                    orphans.append(instance.instance_id)
-                continue
+            attempt: Attempt | None = None
+            job: Job | None = None
+            if ref is not None:
+                try:
+                    attempt = store.get_attempt(ref.job_id, ref.attempt)
+                    job, _ = store.get_job(ref.job_id)
+                except NotFoundError:  # its records are gone (deleted): it runs for nobody, as with no ref
+                    attempt = job = None
             verdict = untracked_instance(instance.launched_at, now, attempt, job)
             if verdict.terminate:
                 orphans.append(instance.instance_id)  # before the close: terminated even if that fails
-                if attempt.kept_end is not None:
+                if attempt is not None and attempt.kept_end is not None:
                     kept.append(attempt)  # its bill runs until now: settled below, whatever its event does
-            if verdict.close_attempt:
+            if verdict.close_attempt and attempt is not None and job is not None:
                 _close_left_open(job, attempt, store, now)
         except UnreadableRecordError as e:  # left running: whether it runs a live job cannot be told
             unreadable.append(f"{instance.instance_id}: {e}")

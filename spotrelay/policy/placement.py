@@ -322,19 +322,21 @@ class _Terms:
     def run_hours(self, pool: Pool) -> float:
         return self.remaining_work_hours / relative_speed(INSTANCE_TYPES[pool.instance_type])
 
-    def costed(self, pool: Pool, price: float) -> RankedPool:
+    def expected_interruptions(self, pool: Pool) -> float:
+        return self.rates.hourly_rate(pool) * self.run_hours(pool)
+
+    def expected_cost(self, pool: Pool, price: float) -> float:
         """The pool's expected cost to finish: its price over the run and the expected interruptions' overhead."""
-        speed = relative_speed(INSTANCE_TYPES[pool.instance_type])
-        run_hours = self.remaining_work_hours / speed
-        expected_interruptions = self.rates.hourly_rate(pool) * run_hours
-        billed_hours = run_hours + expected_interruptions * self.overhead_per_interruption
+        return price * (self.run_hours(pool) + self.expected_interruptions(pool) * self.overhead_per_interruption)
+
+    def costed(self, pool: Pool, price: float) -> RankedPool:
         return RankedPool(
             pool=pool,
             hourly_price=price,
-            relative_speed=speed,
-            run_hours=run_hours,
-            expected_interruptions=expected_interruptions,
-            expected_cost_to_finish=price * billed_hours,
+            relative_speed=relative_speed(INSTANCE_TYPES[pool.instance_type]),
+            run_hours=self.run_hours(pool),
+            expected_interruptions=self.expected_interruptions(pool),
+            expected_cost_to_finish=self.expected_cost(pool, price),
             interruption_basis=self.rates.describe(pool),
         )
 
@@ -381,7 +383,7 @@ def _within_budget(pool: Pool, price: float, terms: _Terms) -> Rejection | None:
     budget = terms.request.budget_left_usd
     if budget is None:
         return None
-    expected = terms.costed(pool, price).expected_cost_to_finish
+    expected = terms.expected_cost(pool, price)
     if not expected > budget:
         return None
     reason = f"expected ${expected:.2f} to finish exceeds the ${budget:.2f} budget left"
